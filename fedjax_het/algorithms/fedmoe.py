@@ -1,0 +1,167 @@
+r"""FedMoE (pFedMoE): personalized federated learning via a heterogeneous mixture of experts.
+
+Yi, Yu, Shi, Wang, Liu, Yu, Yuan. "pFedMoE: Data-Level Personalization with Mixture of
+Experts for Model-Heterogeneous Personalized Federated Learning", arXiv 2402.01350.
+
+Symbols (paper -> code):
+- G(theta): the shared small homogeneous feature extractor, the *global expert*
+  (``params['global_ex']``; CNN-5's extractor in the heterogeneous setting, last layer as
+  wide as the local extractor's, 500).
+- F_k(omega_k) = F_k^ex(omega_k^ex) o F_k^hd(omega_k^hd): client k's heterogeneous model;
+  its extractor is the *local expert*, its header the prediction head (``params['local']``).
+- H_k(phi_k): client k's gating network (``params['gate']`` and the batch statistics in
+  ``model_state``): flatten -> switchable norm -> Linear(m) -> BN -> sigmoid -> Linear(2)
+  -> BN -> softmax, giving [alpha_G, alpha_F] per sample.
+- Per sample (Eq. 1-3): R_i = alpha_{i,G} G(x_i; theta) + alpha_{i,F} F_k^ex(x_i; omega_k^ex);
+  y_hat_i = F_k^hd(R_i); loss = CE(y_hat_i, y_i). theta, omega_k and phi_k are updated
+  together by SGD: eta_omega for theta and omega_k (the same rate), eta_phi for phi_k.
+- Aggregation (Eq. 6): theta <- sum_k n_k theta_k / sum_k n_k.
+
+Uplink: theta (the global expert) only. Downlink: theta. Inference uses the whole local
+MoE (gate in eval mode, running batch statistics) with the server's latest theta, as the
+reference implementation's evaluation does.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.fedmrl import aggregate
+from fedjax_het.algorithms.standalone import dummy_input
+
+LOCAL_REP_DIM = 500
+
+
+class FedMoENets:
+  """The networks of a client of one architecture: global expert, local model, gate."""
+
+  def __init__(self, arch: str, *, global_arch: str, gating_hidden: int, num_classes: int,
+               dtype):
+    self.expert = models.get_extractor(global_arch, rep_dim=LOCAL_REP_DIM, dtype=dtype)
+    self.local = models.get_model(arch, num_classes=num_classes, rep_dim=LOCAL_REP_DIM,
+                                  dtype=dtype)
+    self.gate = models.GatingNetwork(hidden=gating_hidden)
+
+  def init(self, key):
+    """(params, model_state) of one client."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    x = dummy_input()
+    gate_vars = self.gate.init(k3, jnp.zeros((2, 32, 32, 3)), train=False)
+    params = {"global_ex": self.expert.init(k1, x)["params"],
+              "local": self.local.init(k2, x)["params"],
+              "gate": gate_vars["params"]}
+    return params, {"gate": gate_vars["batch_stats"]}
+
+  def gate_weights(self, params, model_state, x, train: bool, mask=None):
+    """[alpha_G, alpha_F] per sample [B, 2] and the updated batch statistics.
+
+    In training, ``mask`` [B] keeps padded examples out of the batch statistics.
+    """
+    variables = {"params": params["gate"], "batch_stats": model_state["gate"]}
+    if train:
+      w, new = self.gate.apply(variables, x, train=True, mask=mask, mutable=["batch_stats"])
+      return w, {"gate": new["batch_stats"]}
+    return self.gate.apply(variables, x, train=False), model_state
+
+  def logits(self, params, model_state, x, train: bool, mask=None):
+    """Eq. (1)-(3): header of the gated mixture of the two experts' representations."""
+    w, model_state = self.gate_weights(params, model_state, x, train, mask)
+    w = w.astype(x.dtype)
+    rep_g = self.expert.apply({"params": params["global_ex"]}, x)[0]
+    rep_f = models.extract(self.local, params["local"], x)
+    mixed = w[:, :1] * rep_g + w[:, 1:] * rep_f
+    return models.classify(self.local, params["local"], mixed), model_state
+
+
+def optimizer(learning_rate: float, gating_learning_rate: float, momentum: float = 0.0):
+  """SGD with eta_omega for both experts and the header, eta_phi for the gate."""
+  return optax.multi_transform(
+      {"model": base.sgd(learning_rate, momentum),
+       "gate": base.sgd(gating_learning_rate, momentum)},
+      lambda params: {k: jax.tree.map(lambda _: "gate" if k == "gate" else "model", v)
+                      for k, v in params.items()})
+
+
+def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+           gating_learning_rate: float = 0.01, gating_hidden: int = 64,
+           global_arch: str = "cnn5") -> base.Algorithm:
+  """Builds FedMoE.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate: eta_omega, for theta, omega_k.
+    momentum: SGD momentum (0 in the paper).
+    gating_learning_rate: eta_phi, for the gate.
+    gating_hidden: m, the width of the gate's hidden layer.
+    global_arch: architecture whose extractor is the global expert.
+
+  Returns:
+    ``Algorithm``; ``state.clients[g]`` holds {'global_ex', 'local', 'gate'} params and
+    the gate's batch statistics, stacked over the group's clients; ``state.server``
+    holds theta.
+  """
+  nets = [FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
+                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
+          for arch in rt.layout.archs]
+  opt = optimizer(learning_rate, gating_learning_rate, momentum)
+
+  def loss_fn(net):
+    def fn(params, model_state, batch, rng):
+      del rng
+      logits, model_state = net.logits(params, model_state, batch.x, train=True,
+                                         mask=batch.mask)
+      return cl.cross_entropy(logits, batch.y, batch.mask), model_state
+    return fn
+
+  def init(rng):
+    def init_group(g):
+      def one(key):
+        params, model_state = nets[g].init(key)
+        return base.ClientState(params, model_state, opt.init(params))
+      return base.init_clients(rt, g, one, rng)
+    theta = nets[0].init(jax.random.fold_in(rng, 1 << 20))[0]["global_ex"]
+    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    return base.State(jnp.zeros((), jnp.int32), rng, clients, theta)
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    theta = state.server
+    results = []
+    for g, net in enumerate(nets):
+      def client_fn(client, idx, mask, key, lf=loss_fn(net)):
+        params = dict(client.params, global_ex=theta)  # download theta
+        r = cl.local_train(lf, opt, params, client.model_state, client.opt_state, data.x,
+                           data.y, idx, mask, key, epochs=rt.local_epochs,
+                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
+        new = base.ClientState(r.params, r.model_state, r.opt_state)
+        return new, (uplink(r.params), r.loss)
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    new_theta = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
+    size = base.count_params(theta)
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=new_theta), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      params = dict(client.params, global_ex=server)
+      return lambda x: nets[g].logits(params, client.model_state, x, train=False)[0]
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def uplink(params):
+  """What a FedMoE client sends: its trained copy of the global expert theta_k."""
+  return params["global_ex"]
+
+
+SPEC = base.Spec(
+    lambda c, rt: fedmoe(rt, **base.sgd_args(c), **c.algo),
+    dict(gating_learning_rate=0.01, gating_hidden=64, global_arch="cnn5"),
+    choices=dict(global_arch=tuple(models.ARCHITECTURES)))

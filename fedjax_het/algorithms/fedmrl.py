@@ -1,0 +1,179 @@
+r"""FedMRL: federated model-heterogeneous Matryoshka representation learning.
+
+Yi, Yu, Wang, Liu, Yuan, Yu. "Federated Model Heterogeneous Matryoshka Representation
+Learning", NeurIPS 2024 (arXiv 2406.00488).
+
+Symbols (paper -> code):
+- G(theta) = G_ex(theta_ex) o G_hd(theta_hd): the shared small homogeneous model
+  (``params['global']``; CNN-5-sized, representation width d1 = ``d1``).
+- F_k(omega_k) = F_ex(omega_k^ex) o F_hd(omega_k^hd): client k's private heterogeneous
+  model (``params['local']``; representation width d2 = 500).
+- P_k(phi_k): the personal linear projector R^{d1+d2} -> R^{d2} (``params['proj']``).
+- Eq. (1) adaptive representation fusion: R_i = P_k(concat(G_ex(x_i), F_ex(x_i))).
+- Eq. (2) Matryoshka representations: R_i^lc = R_i[:d1] (coarse, into G_hd),
+  R_i^hf = R_i[:d2] (fine, all of it, into F_hd).
+- Eq. (3) loss: l = m_lc * CE(G_hd(R^lc), y) + m_hf * CE(F_hd(R^hf), y), m = 1 by default;
+  theta, omega_k and phi_k are updated together by SGD with one learning rate.
+- Eq. (4) aggregation: theta <- sum_k n_k theta_k / sum_k n_k over the round's clients.
+
+Uplink: theta (the whole small model) only. Downlink: theta.
+
+Inference (paper, Appendix): ``mix-large`` F_hd(R) (default; as the reference code
+evaluates), ``mix-small`` G_hd(R[:d1]), ``single-large`` F_k alone, ``single-small`` G alone.
+Evaluation combines the client's omega_k, phi_k with the server's latest theta, as the
+public reference implementation (TsingZ0/HtFLlib ``clientMRL.test_metrics``) does.
+
+Ablation ``use_mrl=False`` ("w/o MRL"): no nesting. The projector outputs d1 + d2 dims and
+the two headers read disjoint slices, G_hd(R[:d1]) and F_hd(R[d1:]).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.standalone import dummy_input
+
+INFERENCE = ("mix-large", "mix-small", "single-large", "single-small")
+LOCAL_REP_DIM = 500  # d2: width of the CNN-1..5 representations
+
+
+class FedMRLNets:
+  """The three networks of a client of one architecture and their forward passes.
+
+  Attributes:
+    small: the shared homogeneous model G (arch ``small_arch``, width d1).
+    large: the client's heterogeneous model F_k (width d2).
+    proj: the projector P_k.
+  """
+
+  def __init__(self, arch: str, *, small_arch: str, d1: int, num_classes: int,
+               use_mrl: bool, dtype):
+    self.small = models.get_model(small_arch, num_classes=num_classes, rep_dim=d1, dtype=dtype)
+    self.large = models.get_model(arch, num_classes=num_classes, rep_dim=LOCAL_REP_DIM,
+                                  dtype=dtype)
+    self.d1, self.use_mrl = d1, use_mrl
+    width = LOCAL_REP_DIM if use_mrl else d1 + LOCAL_REP_DIM
+    self.proj = nn.Dense(width, dtype=dtype)
+
+  def init(self, key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    x = dummy_input()
+    return {"global": self.small.init(k1, x)["params"],
+            "local": self.large.init(k2, x)["params"],
+            "proj": self.proj.init(k3, jnp.zeros((1, self.d1 + LOCAL_REP_DIM)))["params"]}
+
+  def fused(self, params, x):
+    """Eq. (1): R = P(concat(G_ex(x), F_ex(x))) [B, d2] (or [B, d1 + d2] w/o MRL)."""
+    rep_g = models.extract(self.small, params["global"], x)
+    rep_f = models.extract(self.large, params["local"], x)
+    return self.proj.apply({"params": params["proj"]}, jnp.concatenate([rep_g, rep_f], -1))
+
+  def heads(self, params, rep):
+    """Eq. (2): (G_hd(R^lc), F_hd(R^hf)) logits."""
+    small_in = rep[:, :self.d1]
+    large_in = rep if self.use_mrl else rep[:, self.d1:]
+    return (models.classify(self.small, params["global"], small_in),
+            models.classify(self.large, params["local"], large_in))
+
+  def predict(self, params, x, inference: str):
+    """Logits of one of the ``INFERENCE`` modes."""
+    if inference == "single-small":
+      return self.small.apply({"params": params["global"]}, x)[0]
+    if inference == "single-large":
+      return self.large.apply({"params": params["local"]}, x)[0]
+    small, large = self.heads(params, self.fused(params, x))
+    return large if inference == "mix-large" else small
+
+
+def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1: int = 100,
+           small_arch: str = "cnn5", m_lc: float = 1.0, m_hf: float = 1.0,
+           use_mrl: bool = True, inference: str = "mix-large") -> base.Algorithm:
+  """Builds FedMRL.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate, momentum: SGD for theta, omega_k and phi_k alike.
+    d1: representation width of the shared small model (paper: 100..500).
+    small_arch: architecture of the shared small model (CNN-5 in the paper).
+    m_lc, m_hf: loss weights of Eq. (3).
+    use_mrl: False gives the "w/o MRL" ablation.
+    inference: one of ``INFERENCE``.
+
+  Returns:
+    ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k,
+    'proj': phi_k} stacked over the group's clients; ``state.server`` = theta.
+  """
+  if inference not in INFERENCE:
+    raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
+  if not 1 <= d1 <= LOCAL_REP_DIM:
+    raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
+  nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
+                     use_mrl=use_mrl, dtype=rt.compute_dtype) for arch in rt.layout.archs]
+  opt = base.sgd(learning_rate, momentum)
+
+  def loss_fn(net):
+    def fn(params, model_state, batch, rng):
+      del rng
+      small, large = net.heads(params, net.fused(params, batch.x))
+      loss = (m_lc * cl.cross_entropy(small, batch.y, batch.mask)
+              + m_hf * cl.cross_entropy(large, batch.y, batch.mask))
+      return loss, model_state
+    return fn
+
+  def init(rng):
+    def init_group(g):
+      def one(key):
+        params = nets[g].init(key)
+        return base.ClientState(params, None, opt.init(params))
+      return base.init_clients(rt, g, one, rng)
+    theta = nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
+    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    return base.State(jnp.zeros((), jnp.int32), rng, clients, theta)
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    theta = state.server
+    results = []
+    for g, net in enumerate(nets):
+      def client_fn(client, idx, mask, key, lf=loss_fn(net)):
+        params = dict(client.params, **{"global": theta})  # download theta
+        r = cl.local_train(lf, opt, params, None, client.opt_state, data.x, data.y, idx,
+                           mask, key, epochs=rt.local_epochs, batch_size=rt.batch_size,
+                           dtype=rt.compute_dtype)
+        return base.ClientState(r.params, None, r.opt_state), (uplink(r.params), r.loss)
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    new_theta = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
+    size = base.count_params(theta)
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=new_theta), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      params = dict(client.params, **{"global": server})  # latest theta, as the reference
+      return lambda x: nets[g].predict(params, x, inference)
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def uplink(params):
+  """What a FedMRL client sends: its trained copy of the shared small model theta_k."""
+  return params["global"]
+
+
+def aggregate(uploads: list, weights: list):
+  """Eq. (4): example-weighted mean of the uploaded theta_k over all groups' clients."""
+  stacked = jax.tree.map(lambda *a: jnp.concatenate(a), *uploads)
+  return cl.weighted_mean(stacked, jnp.concatenate(weights))
+
+
+SPEC = base.Spec(
+    lambda c, rt: fedmrl(rt, **base.sgd_args(c), **c.algo),
+    dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large"),
+    choices=dict(inference=INFERENCE, small_arch=tuple(models.ARCHITECTURES)))

@@ -1,0 +1,249 @@
+"""Client-side runtime shared by every algorithm: sampling, batching, local SGD, evaluation.
+
+A group holds the clients of one architecture with their state stacked on a leading
+client axis. One round of a group is:
+
+1. ``sample_clients``: which clients of the group take part (pure in (key, round)).
+2. ``gather_clients``: their state and data index tables, ``[m, ...]``.
+3. ``map_clients(local_train, ...)``: every sampled client runs ``local_epochs`` epochs of
+   minibatch SGD, ``jax.vmap``-ed over clients (accelerators) or looped inside the
+   compiled program (CPU, where a loop is faster); steps over padding are masked out.
+4. ``scatter_clients``: the trained state goes back into the group's stacked state.
+
+Padded client slots (to fill the device count) and padded examples carry masks, so the
+compiled round has the same shapes every round.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_het.models.preprocess import normalize
+
+PyTree = Any
+PARALLELISM = ("auto", "vmap", "sequential")
+
+
+class Batch(NamedTuple):
+  """A minibatch of one client.
+
+  Attributes:
+    x: float32 [B, 32, 32, 3] normalized images.
+    y: int32 [B] labels.
+    mask: bool [B], False on padding.
+  """
+  x: jax.Array
+  y: jax.Array
+  mask: jax.Array
+
+
+# A local loss: (params, model_state, batch, rng) -> (loss, new_model_state).
+# `model_state` holds non-trained variables (batch statistics) or None.
+LossFn = Callable[[PyTree, PyTree, Batch, jax.Array], tuple[jax.Array, PyTree]]
+
+
+def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+  """Mean of ``values`` over entries where ``mask`` is True (0 when none is)."""
+  mask = mask.astype(values.dtype)
+  return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
+  """Masked mean softmax cross-entropy; logits [B, C] (any float dtype), labels [B]."""
+  losses = optax.softmax_cross_entropy_with_integer_labels(
+      logits.astype(jnp.float32), labels)
+  return masked_mean(losses, mask)
+
+
+def num_sampled(group_size: int, participation: float) -> int:
+  """Clients of a group that take part in a round: round(C * n), at least 1."""
+  return max(1, min(group_size, int(round(participation * group_size))))
+
+
+def sample_clients(key: jax.Array, group_size: int, num: int, num_slots: int) -> jax.Array:
+  """Indices of the sampled clients of a group, padded with out-of-range slots.
+
+  Sampling is without replacement and stratified by group (every group sends
+  ``num_sampled(n_g, C)`` clients), which keeps shapes static.
+
+  Args:
+    key: PRNG key, a pure function of (seed, round, group).
+    group_size: real clients in the group (padding clients are never drawn).
+    num: clients to draw.
+    num_slots: ``num`` rounded up to the device count; the extra slots get index
+      ``group_size + padding`` beyond any client, so gathers fill them with zeros (no
+      data: they do no step and weigh 0) and scatters drop them.
+
+  Returns:
+    int32 [num_slots].
+  """
+  idx = jax.random.permutation(key, group_size)[:num]
+  pad = jnp.full((num_slots - num,), jnp.iinfo(jnp.int32).max, jnp.int32)
+  return jnp.concatenate([idx.astype(jnp.int32), pad])
+
+
+def gather_clients(tree: PyTree, idx: jax.Array) -> PyTree:
+  """Rows ``idx`` of every leaf; out-of-range rows are zeros / False."""
+  return jax.tree.map(lambda a: a.at[idx].get(mode="fill", fill_value=0), tree)
+
+
+def scatter_clients(tree: PyTree, idx: jax.Array, rows: PyTree) -> PyTree:
+  """Writes ``rows`` at ``idx`` into every leaf; out-of-range rows are dropped."""
+  return jax.tree.map(lambda a, r: a.at[idx].set(r.astype(a.dtype), mode="drop"), tree, rows)
+
+
+def resolve_parallelism(parallelism: str) -> str:
+  """'auto' -> 'vmap' on accelerators, 'sequential' on CPU (measured faster there)."""
+  if parallelism not in PARALLELISM:
+    raise ValueError(f"runtime.client_parallelism={parallelism!r}; valid: {PARALLELISM}")
+  if parallelism == "auto":
+    return "sequential" if jax.default_backend() == "cpu" else "vmap"
+  return parallelism
+
+
+def map_clients(fn: Callable, *args, parallelism: str, num_shards: int = 1):
+  """Applies ``fn`` to every client (leading axis of each arg) inside a compiled program.
+
+  ``vmap`` batches all clients into one computation. ``sequential`` splits the client
+  axis into ``num_shards`` blocks (one per device, so sharding is kept) and loops over
+  the clients of a block with ``lax.map``.
+  """
+  mode = resolve_parallelism(parallelism)
+  if mode == "vmap":
+    return jax.vmap(fn)(*args)
+  m = jax.tree.leaves(args)[0].shape[0]
+  if num_shards <= 1 or m % num_shards:
+    return jax.lax.map(lambda a: fn(*a), args)
+  split = lambda a: a.reshape((num_shards, m // num_shards) + a.shape[1:])
+  merge = lambda a: a.reshape((m,) + a.shape[2:])
+  out = jax.vmap(lambda blk: jax.lax.map(lambda a: fn(*a), blk))(jax.tree.map(split, args))
+  return jax.tree.map(merge, out)
+
+
+def select_tree(pred: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+  """``new`` where the scalar ``pred`` holds, else ``old`` (leaf by leaf)."""
+  return jax.tree.map(lambda n, o: jnp.where(pred, n, o), new, old)
+
+
+def make_batch(x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
+               *, dtype=jnp.float32) -> Batch:
+  """Gathers and normalizes the examples ``idx`` of the pooled data."""
+  return Batch(normalize(x_pool[idx]).astype(dtype), y_pool[idx], mask)
+
+
+def epoch_batches(key: jax.Array, idx: jax.Array, mask: jax.Array, batch_size: int):
+  """Shuffles a client's real examples and cuts them into ``[steps, batch_size]``.
+
+  Real examples come first in random order, padding last, so every step but the last
+  non-empty one is full. ``len(idx)`` must be a multiple of ``batch_size``.
+  """
+  order = jnp.argsort(jnp.where(mask, jax.random.uniform(key, mask.shape), 2.0))
+  shape = (idx.shape[0] // batch_size, batch_size)
+  return idx[order].reshape(shape), mask[order].reshape(shape)
+
+
+class LocalResult(NamedTuple):
+  """What local training returns for one client."""
+  params: PyTree
+  model_state: PyTree
+  opt_state: PyTree
+  loss: jax.Array  # mean training loss over the steps taken
+  steps: jax.Array  # number of real SGD steps
+
+
+def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
+                params: PyTree, model_state: PyTree, opt_state: PyTree,
+                x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
+                key: jax.Array, *, epochs: int, batch_size: int,
+                dtype=jnp.float32) -> LocalResult:
+  """Minibatch SGD of one client: ``lax.scan`` over epochs and steps.
+
+  Args:
+    loss_fn: ``(params, model_state, batch, rng) -> (loss, model_state)``.
+    optimizer: optax transform (SGD in the papers).
+    params, model_state, opt_state: the client's trainable params, non-trained
+      variables (or None) and optimizer state.
+    x_pool, y_pool: pooled images uint8 [P, 32, 32, 3] and labels int32 [P].
+    idx, mask: the client's example indices int32 [n_max] and mask bool [n_max];
+      ``n_max`` is a multiple of ``batch_size``.
+    key: PRNG key of this client and round.
+    epochs, batch_size: local epochs E and batch size B.
+    dtype: compute dtype of the images (bf16 for mixed precision).
+
+  Returns:
+    ``LocalResult``; a step whose batch is all padding leaves everything unchanged.
+  """
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def step(carry, inputs):
+    params, model_state, opt_state = carry
+    bidx, bmask, skey = inputs
+    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    (loss, new_model_state), grads = grad_fn(params, model_state, batch, skey)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new = (optax.apply_updates(params, updates), new_model_state, new_opt_state)
+    valid = jnp.any(bmask)
+    return select_tree(valid, new, carry), (jnp.where(valid, loss, 0.0), valid)
+
+  def epoch(carry, ekey):
+    shuffle_key, step_key = jax.random.split(ekey)
+    bidx, bmask = epoch_batches(shuffle_key, idx, mask, batch_size)
+    skeys = jax.random.split(step_key, bidx.shape[0])
+    return jax.lax.scan(step, carry, (bidx, bmask, skeys))
+
+  carry, (losses, valid) = jax.lax.scan(
+      epoch, (params, model_state, opt_state), jax.random.split(key, epochs))
+  steps = jnp.sum(valid)
+  loss = jnp.sum(losses) / jnp.maximum(steps, 1)
+  return LocalResult(*carry, loss=loss, steps=steps)
+
+
+def evaluate_client(predict_fn: Callable[[jax.Array], jax.Array],
+                    x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
+                    *, batch_size: int, dtype=jnp.float32) -> tuple[jax.Array, jax.Array]:
+  """Counts correct predictions of one client on its examples ``idx``.
+
+  Args:
+    predict_fn: normalized images [B, ...] -> logits [B, C].
+    idx, mask: int32 / bool [n_max], ``n_max`` a multiple of ``batch_size``.
+
+  Returns:
+    (correct, total) as float32 scalars.
+  """
+  chunks = (idx.reshape(-1, batch_size), mask.reshape(-1, batch_size))
+
+  def chunk(args):
+    bidx, bmask = args
+    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    pred = jnp.argmax(predict_fn(batch.x), axis=-1)
+    return jnp.sum((pred == batch.y) & bmask)
+
+  correct = jnp.sum(jax.lax.map(chunk, chunks))
+  return correct.astype(jnp.float32), jnp.sum(mask).astype(jnp.float32)
+
+
+def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
+  """Average over the leading (client) axis weighted by ``weights`` [m].
+
+  Used for every aggregation rule weighted by example counts; zero-weight rows (padding,
+  clients without data) do not count. Written as a plain sum so it works on a sharded
+  client axis (see STYLE.md, trap 11).
+  """
+  w = weights.astype(jnp.float32)
+  total = jnp.maximum(jnp.sum(w), 1e-12)
+
+  def avg(a):
+    wb = w.reshape((-1,) + (1,) * (a.ndim - 1))
+    return (jnp.sum(wb * a.astype(jnp.float32), axis=0) / total).astype(a.dtype)
+
+  return jax.tree.map(avg, stacked)
+
+
+def broadcast_clients(tree: PyTree, num: int) -> PyTree:
+  """Stacks ``num`` copies of ``tree`` on a new leading client axis."""
+  return jax.tree.map(lambda a: jnp.broadcast_to(a, (num,) + a.shape), tree)
+
+

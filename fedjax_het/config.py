@@ -1,0 +1,153 @@
+"""The experiment configuration: defaults shared by every algorithm and their validation.
+
+Experiment files (``experiments/<algorithm>.py``) start from ``base_config()`` and set a
+few fields. ``validate`` runs before any data is read or anything is compiled and names
+the offending key with its valid choices.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from fedjax_het.algorithms import SPECS
+from fedjax_het.clients import PARALLELISM
+from fedjax_het.data.partition import PARTITIONS
+from fedjax_het.data.sources import DATASETS
+from fedjax_het.models.registry import ARCHITECTURES, client_archs
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Defaults for every key every algorithm understands (see docs/configs.md)."""
+  c = ml_collections.ConfigDict()
+  c.algorithm = "standalone"
+  c.data = ml_collections.ConfigDict(dict(name="cifar10", path="", subsample=0))
+  c.num_clients = 10
+  c.participation = 1.0
+  c.num_rounds = 100
+  c.local_epochs = 1
+  c.batch_size = 64
+  c.learning_rate = 0.01
+  c.momentum = 0.0
+  c.partition = ml_collections.ConfigDict(
+      dict(kind="pathological", classes_per_client=2, alpha=1.0, test_fraction=0.2))
+  c.models = "heterogeneous"
+  c.seed = 0
+  c.eval_every = 10
+  c.checkpoint_every = 50
+  c.keep_checkpoints = 2
+  c.runtime = ml_collections.ConfigDict(
+      dict(client_parallelism="auto", num_devices=0, compute_dtype="float32"))
+  c.algo = ml_collections.ConfigDict()
+  return c
+
+
+def smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Shrinks a config to a CPU run of a few seconds (the ``:smoke`` variants)."""
+  c.num_clients = 5
+  c.num_rounds = 3
+  c.batch_size = 16
+  c.eval_every = 1
+  c.checkpoint_every = 2
+  c.data.subsample = 1000  # the first 1000 pooled examples only
+  return c
+
+
+def override(c: ml_collections.ConfigDict, values: dict) -> ml_collections.ConfigDict:
+  """Sets dotted keys (``{"partition.kind": "iid"}``) in place, as ``--config.x=v`` does."""
+  for key, value in values.items():
+    node = c
+    *path, leaf = key.split(".")
+    for p in path:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+VARIANTS = {"smoke": smoke}
+
+
+def apply_variant(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+  """Applies a ``get_config(arg)`` variant such as ``'smoke'`` (None: the config itself)."""
+  if not arg:
+    return c
+  if arg not in VARIANTS:
+    raise ValueError(f"unknown config variant {arg!r}; valid: {sorted(VARIANTS)}")
+  return VARIANTS[arg](c)
+
+
+def _fail(key: str, value, expected: str):
+  raise ValueError(f"config.{key}={value!r} is invalid: {expected}")
+
+
+def _check_choice(key, value, choices):
+  if value not in choices:
+    _fail(key, value, f"valid choices are {list(choices)}")
+
+
+def _check_range(key, value, lo=None, hi=None, *, lo_open=False, integer=False):
+  if integer and (not isinstance(value, int) or isinstance(value, bool)):
+    _fail(key, value, "must be an integer")
+  if not integer and not isinstance(value, (int, float)):
+    _fail(key, value, "must be a number")
+  if lo is not None and (value <= lo if lo_open else value < lo):
+    _fail(key, value, f"must be {'>' if lo_open else '>='} {lo}")
+  if hi is not None and value > hi:
+    _fail(key, value, f"must be <= {hi}")
+
+
+def _check_keys(prefix: str, given, allowed):
+  unknown = sorted(set(given) - set(allowed))
+  if unknown:
+    raise ValueError(f"unknown config keys {[prefix + k for k in unknown]}; "
+                     f"valid keys are {sorted(prefix + k for k in allowed)}")
+
+
+def validate(c: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad key (and its valid values)."""
+  base = base_config()
+  _check_keys("", c.keys(), base.keys())
+  _check_choice("algorithm", c.algorithm, SPECS)
+  spec = SPECS[c.algorithm]
+  _check_keys("data.", c.data.keys(), base.data.keys())
+  _check_choice("data.name", c.data.name, DATASETS)
+  _check_range("data.subsample", c.data.subsample, 0, integer=True)
+  _check_range("num_clients", c.num_clients, 1, integer=True)
+  _check_range("participation", c.participation, 0, 1, lo_open=True)
+  _check_range("num_rounds", c.num_rounds, 1, integer=True)
+  _check_range("local_epochs", c.local_epochs, 1, integer=True)
+  _check_range("batch_size", c.batch_size, 1, integer=True)
+  _check_range("learning_rate", c.learning_rate, 0, lo_open=True)
+  _check_range("momentum", c.momentum, 0, 1)
+  _check_keys("partition.", c.partition.keys(), base.partition.keys())
+  _check_choice("partition.kind", c.partition.kind, PARTITIONS)
+  num_classes = DATASETS[c.data.name]
+  if c.partition.kind == "pathological":
+    _check_range("partition.classes_per_client", c.partition.classes_per_client, 1,
+                 num_classes, integer=True)
+  _check_range("partition.alpha", c.partition.alpha, 0, lo_open=True)
+  _check_range("partition.test_fraction", c.partition.test_fraction, 0, 1, lo_open=True)
+  client_archs(c.models, 1)  # raises, naming `models` and the valid values
+  if spec.homogeneous_only and len(set(client_archs(c.models, c.num_clients))) > 1:
+    _fail("models", c.models, f"algorithm {c.algorithm!r} needs model-homogeneous clients; "
+          f"choose one of {list(ARCHITECTURES)}")
+  _check_range("seed", c.seed, 0, integer=True)
+  _check_range("eval_every", c.eval_every, 1, integer=True)
+  _check_range("checkpoint_every", c.checkpoint_every, 0, integer=True)
+  _check_range("keep_checkpoints", c.keep_checkpoints, 1, integer=True)
+  _check_keys("runtime.", c.runtime.keys(), base.runtime.keys())
+  _check_choice("runtime.client_parallelism", c.runtime.client_parallelism, PARALLELISM)
+  _check_range("runtime.num_devices", c.runtime.num_devices, 0, integer=True)
+  _check_choice("runtime.compute_dtype", c.runtime.compute_dtype, COMPUTE_DTYPES)
+  _check_keys("algo.", c.algo.keys(), spec.hparams)
+  for key, choices in spec.choices.items():
+    _check_choice(f"algo.{key}", c.algo.get(key, spec.hparams[key]), choices)
+
+
+def with_algo_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of ``c`` whose ``algo`` holds every hyper-parameter of its algorithm."""
+  c = ml_collections.ConfigDict(c.to_dict())
+  for key, value in SPECS[c.algorithm].hparams.items():
+    if key not in c.algo:
+      c.algo[key] = value
+  return c

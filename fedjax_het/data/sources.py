@@ -1,0 +1,325 @@
+"""Where the raw images come from: a local ``.npz`` file or TensorFlow Datasets.
+
+A dataset can be provided in three ways, tried in this order by ``resolve_source``:
+
+1. ``config.data.path``: an ``.npz`` file, a directory holding ``<name>.npz``, or a TFDS
+   ``data_dir``.
+2. The environment variable ``FEDJAX_HET_DATA``: a directory holding ``<name>.npz``.
+3. TFDS's default data directory (needs ``pip install fedjax-het[tfds]`` and either
+   internet access or an already prepared cache).
+
+Every source is checked the same way (``validate_raw``) and returned as ``RawData``:
+uint8 images ``[n, 32, 32, 3]`` and int32 labels ``[n]``. Nothing here touches JAX.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Mapping, NamedTuple
+
+import numpy as np
+
+# Dataset name -> number of classes.
+DATASETS = {"cifar10": 10, "cifar100": 100}
+ENV_VAR = "FEDJAX_HET_DATA"
+IMAGE_SHAPE = (32, 32, 3)
+SPLITS = ("train", "test")
+
+
+class DataNotFoundError(FileNotFoundError):
+  """The dataset is not where it was looked for (the message says how to provide it)."""
+
+
+class DataFormatError(ValueError):
+  """The dataset was found but its arrays are not what ``RawData`` promises."""
+
+
+class RawData(NamedTuple):
+  """One dataset as numpy arrays, split as its publisher splits it.
+
+  Attributes:
+    x_train: uint8 [n_train, 32, 32, 3] RGB images.
+    y_train: int32 [n_train] labels in [0, num_classes).
+    x_test: uint8 [n_test, 32, 32, 3].
+    y_test: int32 [n_test].
+    num_classes: number of classes.
+  """
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+
+def num_classes_of(name: str) -> int:
+  """Number of classes of dataset ``name``; ValueError listing ``DATASETS`` if unknown."""
+  if name not in DATASETS:
+    raise ValueError(f"unknown dataset {name!r}; valid choices: {sorted(DATASETS)}")
+  return DATASETS[name]
+
+
+def how_to_provide(name: str) -> str:
+  """The three ways of providing dataset ``name``, for error messages."""
+  return (f"Provide {name!r} in one of three ways: (1) config.data.path = an .npz file "
+          f"or a TFDS data_dir (a directory holding {name}.npz also works); "
+          f"(2) {ENV_VAR}=<dir holding {name}.npz>; (3) TFDS's default data dir, which "
+          "needs `pip install fedjax-het[tfds]` and internet access or an already "
+          "prepared cache.")
+
+
+def resolve_source(name: str, path: str = "",
+                   environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+  """Decides where dataset ``name`` is read from (nothing is read).
+
+  Args:
+    name: dataset name, a key of ``DATASETS``.
+    path: ``config.data.path``: an ``.npz`` file, a directory holding ``<name>.npz``,
+      a TFDS data_dir, or '' to use ``FEDJAX_HET_DATA`` or TFDS's default directory.
+    environ: environment to read ``FEDJAX_HET_DATA`` from (default ``os.environ``).
+
+  Returns:
+    ``('npz', file_path)`` or ``('tfds', data_dir)`` where ``data_dir`` is None for
+    TFDS's default directory.
+
+  Raises:
+    ValueError: unknown ``name``.
+    DataNotFoundError: ``path`` does not exist, or ``FEDJAX_HET_DATA`` is set but does
+      not hold ``<name>.npz``.
+    DataFormatError: ``path`` is a file that is not an ``.npz``.
+  """
+  num_classes_of(name)
+  if path:
+    return _resolve_path(name, os.path.expanduser(path))
+  environ = os.environ if environ is None else environ
+  data_dir = environ.get(ENV_VAR, "")
+  if not data_dir:
+    return "tfds", None
+  file = os.path.join(os.path.expanduser(data_dir), f"{name}.npz")
+  if not os.path.isfile(file):
+    raise DataNotFoundError(f"{ENV_VAR}={data_dir!r} does not hold {name}.npz "
+                            f"(looked for {file!r}). {how_to_provide(name)}")
+  return "npz", file
+
+
+def _resolve_path(name: str, path: str) -> tuple[str, str | None]:
+  """``resolve_source`` for a non-empty ``config.data.path``."""
+  if os.path.isfile(path):
+    if not path.endswith(".npz"):
+      raise DataFormatError(f"config.data.path={path!r} is a file but not an .npz; "
+                            f"expected an .npz file or a directory. {how_to_provide(name)}")
+    return "npz", path
+  if os.path.isdir(path):
+    file = os.path.join(path, f"{name}.npz")
+    return ("npz", file) if os.path.isfile(file) else ("tfds", path)
+  raise DataNotFoundError(f"config.data.path={path!r} does not exist. "
+                          f"{how_to_provide(name)}")
+
+
+def _check_images(where: str, key: str, x: np.ndarray) -> None:
+  """DataFormatError unless ``x`` is uint8 [n, 32, 32, 3]."""
+  if x.ndim != 4 or tuple(x.shape[1:]) != IMAGE_SHAPE:
+    raise DataFormatError(f"{where}: {key} has shape {tuple(x.shape)}; expected "
+                          f"[n, {', '.join(map(str, IMAGE_SHAPE))}] (NHWC RGB images)")
+  if x.dtype != np.uint8:
+    raise DataFormatError(f"{where}: {key} has dtype {x.dtype}; expected uint8 pixels in "
+                          "[0, 255] (floats are not accepted: convert with "
+                          "np.round(x * 255).astype(np.uint8))")
+
+
+def _check_labels(where: str, key: str, y: np.ndarray, num_examples: int,
+                  num_classes: int) -> np.ndarray:
+  """Labels of shape (n,) or (n, 1) as int32 [n]; DataFormatError if invalid."""
+  if not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+    raise DataFormatError(f"{where}: {key} has shape {tuple(y.shape)}; expected (n,) or "
+                          "(n, 1)")
+  if not np.issubdtype(y.dtype, np.integer):
+    raise DataFormatError(f"{where}: {key} has dtype {y.dtype}; expected integer labels")
+  y = y.reshape(-1)
+  if len(y) != num_examples:
+    raise DataFormatError(f"{where}: {key} has {len(y)} labels but the images have "
+                          f"{num_examples} rows; expected one label per image")
+  if len(y) and (y.min() < 0 or y.max() >= num_classes):
+    raise DataFormatError(f"{where}: {key} has labels in [{y.min()}, {y.max()}]; "
+                          f"expected labels in [0, {num_classes})")
+  return y.astype(np.int32)
+
+
+def validate_raw(arrays: Mapping[str, np.ndarray], num_classes: int,
+                 where: str) -> RawData:
+  """Checks images and labels of both splits and returns them as ``RawData``.
+
+  Args:
+    arrays: ``x_train, y_train, x_test, y_test`` (labels of shape (n,) or (n, 1)).
+    num_classes: labels must lie in [0, num_classes).
+    where: source name used in error messages (a file path, 'tfds:cifar10').
+
+  Returns:
+    ``RawData`` with int32 labels of shape [n].
+
+  Raises:
+    DataFormatError: naming the bad array and what was expected.
+  """
+  out = {}
+  for split in SPLITS:
+    x, y = np.asarray(arrays[f"x_{split}"]), np.asarray(arrays[f"y_{split}"])
+    _check_images(where, f"x_{split}", x)
+    out[f"x_{split}"] = x
+    out[f"y_{split}"] = _check_labels(where, f"y_{split}", y, len(x), num_classes)
+  return RawData(num_classes=num_classes, **out)
+
+
+def _npz_label_key(split: str, name: str, files: list[str]) -> str:
+  """``y_<split>_fine`` for cifar100 when present, else ``y_<split>``."""
+  fine = f"y_{split}_fine"
+  return fine if name == "cifar100" and fine in files else f"y_{split}"
+
+
+def _open_npz(file: str):
+  """``np.load`` of an ``.npz`` archive; DataFormatError if it is not one."""
+  try:
+    data = np.load(file, allow_pickle=False)
+  except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    raise DataFormatError(f"{file}: not a readable .npz file ({e})") from e
+  if not isinstance(data, np.lib.npyio.NpzFile):
+    raise DataFormatError(f"{file}: holds a single array, not an .npz archive of "
+                          "x_train, y_train, x_test, y_test")
+  return data
+
+
+def _read_array(file: str, data, key: str) -> np.ndarray:
+  """One array of an open ``.npz``; DataFormatError if it cannot be read."""
+  try:
+    return data[key]
+  except (ValueError, OSError, zipfile.BadZipFile) as e:
+    raise DataFormatError(f"{file}: cannot read array {key!r} ({e}); expected a plain "
+                          "numeric array (no pickled objects)") from e
+
+
+def load_npz(file: str, name: str) -> RawData:
+  """Reads dataset ``name`` from an ``.npz`` file.
+
+  The file holds ``x_train, y_train, x_test, y_test`` (for cifar100 ``y_train_fine`` /
+  ``y_test_fine`` are used when present). Other arrays (file names, label names) are
+  ignored.
+
+  Args:
+    file: path of the ``.npz`` file.
+    name: dataset name, a key of ``DATASETS``.
+
+  Returns:
+    ``RawData``.
+
+  Raises:
+    DataNotFoundError: the file does not exist.
+    DataFormatError: unreadable file, missing arrays, or arrays of the wrong shape,
+      dtype or label range.
+  """
+  num_classes = num_classes_of(name)
+  if not os.path.isfile(file):
+    raise DataNotFoundError(f"{file!r} does not exist. {how_to_provide(name)}")
+  with _open_npz(file) as data:
+    files = list(data.files)
+    keys = {}
+    for split in SPLITS:
+      keys[f"x_{split}"] = f"x_{split}"
+      keys[f"y_{split}"] = _npz_label_key(split, name, files)
+    missing = [k for k in keys.values() if k not in files]
+    if missing:
+      raise DataFormatError(f"{file}: missing arrays {missing}; the file holds "
+                            f"{sorted(files)}; expected x_train, y_train, x_test, y_test")
+    arrays = {role: _read_array(file, data, key) for role, key in keys.items()}
+  return validate_raw(arrays, num_classes, file)
+
+
+def _tfds_missing(e: Exception) -> bool:
+  """Whether a TFDS exception means 'the data is not there' (vs a bug)."""
+  kind = type(e).__name__
+  return (isinstance(e, (AssertionError, OSError))
+          or "NotFound" in kind or "Download" in kind)
+
+
+def load_tfds(name: str, data_dir: str | None) -> RawData:
+  """Reads dataset ``name`` with TensorFlow Datasets (the optional ``[tfds]`` extra).
+
+  For cifar100 the supervised label is the fine (100-class) label.
+
+  Args:
+    name: dataset name, a key of ``DATASETS``.
+    data_dir: a prepared TFDS data_dir (read only, no download), or None for TFDS's
+      default directory (downloads if the data is not cached).
+
+  Returns:
+    ``RawData``.
+
+  Raises:
+    DataNotFoundError: tensorflow_datasets is not installed, or the data is missing.
+    DataFormatError: the arrays are not what ``RawData`` promises.
+  """
+  num_classes = num_classes_of(name)
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise DataNotFoundError(
+        f"reading {name!r} from TFDS needs tensorflow_datasets "
+        f"(`pip install fedjax-het[tfds]`), which is not installed. "
+        f"{how_to_provide(name)}") from e
+  try:
+    splits = tfds.load(name, split=list(SPLITS), data_dir=data_dir, batch_size=-1,
+                       as_supervised=True, download=data_dir is None)
+  except Exception as e:  # pylint: disable=broad-except
+    if not _tfds_missing(e):
+      raise
+    where = f"data_dir={data_dir!r}" if data_dir else "TFDS's default data dir"
+    raise DataNotFoundError(f"TFDS could not load {name!r} from {where}: "
+                            f"{type(e).__name__}: {e}. {how_to_provide(name)}") from e
+  (x_train, y_train), (x_test, y_test) = tfds.as_numpy(splits)
+  arrays = dict(x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+  return validate_raw(arrays, num_classes, f"tfds:{name}")
+
+
+def load_dataset(name: str, path: str = "",
+                 environ: Mapping[str, str] | None = None) -> RawData:
+  """Resolves where dataset ``name`` is (see ``resolve_source``) and reads it.
+
+  Args:
+    name: dataset name, a key of ``DATASETS``.
+    path: ``config.data.path`` ('' for ``FEDJAX_HET_DATA`` or TFDS's default).
+    environ: environment (default ``os.environ``).
+
+  Returns:
+    ``RawData``.
+  """
+  kind, where = resolve_source(name, path, environ)
+  return load_npz(where, name) if kind == "npz" else load_tfds(name, where)
+
+
+def make_synthetic(num_train: int, num_test: int, num_classes: int, seed: int,
+                   image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> RawData:
+  """Small deterministic random data whose classes are learnable, for tests.
+
+  Every class has a random mean image (uniform in [32, 224]); an example is its class
+  mean plus Gaussian noise (std 24), clipped to uint8. Labels cycle through the classes
+  and are shuffled, so every class appears ``n // num_classes`` or one more times.
+
+  Args:
+    num_train, num_test: examples per split.
+    num_classes: number of classes.
+    seed: seed of ``np.random.default_rng``.
+    image_shape: shape of one image.
+
+  Returns:
+    ``RawData`` (train and test share the class means).
+  """
+  if num_classes < 1:
+    raise ValueError(f"num_classes={num_classes}: must be >= 1")
+  rng = np.random.default_rng(seed)
+  means = rng.uniform(32, 224, size=(num_classes,) + tuple(image_shape))
+
+  def split(n):
+    y = rng.permutation(np.arange(n) % num_classes).astype(np.int32)
+    x = means[y] + rng.normal(0.0, 24.0, size=(n,) + tuple(image_shape))
+    return np.clip(np.round(x), 0, 255).astype(np.uint8), y
+
+  x_train, y_train = split(num_train)
+  x_test, y_test = split(num_test)
+  return RawData(x_train, y_train, x_test, y_test, num_classes)

@@ -1,0 +1,249 @@
+"""The heterogeneous CNNs of the pFedMoE / FedMRL papers (Flax linen).
+
+Yi et al., "FedMRL: Federated Model Heterogeneous Matryoshka Representation Learning"
+(NeurIPS 2024, Table 6) and "pFedMoE: Data-Level Personalization with Mixture of Experts
+for Model-Heterogeneous Personalized Federated Learning" (arXiv 2402.01350, Table 5).
+
+=====  =====  =====  ======  =====  ========
+model  conv1  conv2  fc1     fc2    fc3
+=====  =====  =====  ======  =====  ========
+CNN-1  16     32     2000    500    classes
+CNN-2  16     16     2000    500    classes
+CNN-3  16     32     1000    500    classes
+CNN-4  16     32     800     500    classes
+CNN-5  16     32     500     500    classes
+=====  =====  =====  ======  =====  ========
+
+Convolutions are 5x5, VALID, stride 1, each followed by ReLU and a 2x2/2 max-pool
+(32x32x3 -> 28x28xc1 -> 14x14xc1 -> 10x10xc2 -> 5x5xc2). conv1..fc2 form the feature
+extractor; fc2 (``rep_dim`` units, 500 by default, FedMRL's small model uses 100..500)
+outputs the representation; fc3 is the prediction header.
+
+Choices taken from the reference code (LipingYi/FedMRL ``Models/CNNs.py``, and the
+pFedMoE re-implementation in thuiaaa/MHPFL ``pFMcnn.py``):
+
+- The representation is taken **after** the ReLU of fc2 (the reference returns
+  ``relu(fc2(x))`` as the representation fed to the header / mixed by the gate).
+- Parameters use PyTorch's default initialisation, which the reference leaves in place:
+  kernels ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (``variance_scaling(1/3, fan_in,
+  uniform)``) and biases ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+- Flatten order differs: we flatten NHWC, PyTorch flattens NCHW. That is a fixed
+  permutation of fc1's input rows, so the function class and parameter counts are equal.
+
+Models return ``(logits, features)``; ``features`` names intermediate activations
+(``conv1``, ``conv2``: post-ReLU, *before* pooling; ``fc1``; ``rep``; ``logits``), so
+algorithms pick representations by name instead of hooking into a module.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+KERNEL_SIZE = (5, 5)
+POOL = (2, 2)
+
+# PyTorch's nn.Linear / nn.Conv2d default kernel init (kaiming_uniform with a=sqrt(5)).
+torch_kernel_init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+def torch_bias_init(fan_in: int) -> Callable:
+  """PyTorch's default bias init: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+  Args:
+    fan_in: number of inputs of one output unit (``in_features`` or ``k*k*in_channels``).
+
+  Returns:
+    A Flax initializer ``(key, shape, dtype) -> array``.
+  """
+  bound = 1.0 / (fan_in ** 0.5)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+  return init
+
+
+def dense(x: jax.Array, features: int, *, name: str, dtype: Any) -> jax.Array:
+  """A torch-initialised ``nn.Dense`` (float32 params, ``dtype`` compute) applied to x.
+
+  Must be called inside a compact method.
+
+  Args:
+    x: [B, D_in].
+    features: D_out.
+    name: submodule name (the params key).
+    dtype: computation dtype.
+
+  Returns:
+    [B, D_out] in ``dtype``.
+  """
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
+                  kernel_init=torch_kernel_init,
+                  bias_init=torch_bias_init(x.shape[-1]), name=name)(x)
+
+
+def conv(x: jax.Array, features: int, *, name: str, dtype: Any) -> jax.Array:
+  """A torch-initialised 5x5 VALID ``nn.Conv`` applied to NHWC ``x``.
+
+  Args:
+    x: [B, H, W, C_in].
+    features: C_out.
+    name: submodule name.
+    dtype: computation dtype.
+
+  Returns:
+    [B, H-4, W-4, C_out] in ``dtype``.
+  """
+  fan_in = KERNEL_SIZE[0] * KERNEL_SIZE[1] * x.shape[-1]
+  return nn.Conv(features, KERNEL_SIZE, padding="VALID", dtype=dtype,
+                 param_dtype=jnp.float32, kernel_init=torch_kernel_init,
+                 bias_init=torch_bias_init(fan_in), name=name)(x)
+
+
+class CNNExtractor(nn.Module):
+  """Feature extractor: (conv-ReLU-pool) per conv layer, (FC-ReLU) per FC layer.
+
+  Params: ``{'conv1', ..., 'conv{n}', 'fc1', ..., 'fc{m+1}'}``, each ``{'kernel',
+  'bias'}``; ``fc{m+1}`` is the representation layer with ``rep_dim`` units.
+
+  Attributes:
+    conv_features: output channels of each 5x5 convolution, e.g. ``(16, 32)``.
+    fc_features: widths of the hidden FC layers *before* the representation layer,
+      e.g. ``(2000,)`` for CNN-1.
+    rep_dim: width of the representation (the last extractor FC layer).
+    dtype: computation dtype; parameters are always float32.
+  """
+  conv_features: tuple[int, ...]
+  fc_features: tuple[int, ...]
+  rep_dim: int = 500
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Representation of normalized images.
+
+    Args:
+      x: float images [B, 32, 32, 3], already normalized (see ``preprocess.normalize``).
+
+    Returns:
+      ``(rep, features)``: rep [B, rep_dim] (post-ReLU) in ``dtype``; features maps
+      ``'conv{i}'`` -> [B, H_i, W_i, C_i] (post-ReLU, before pooling), ``'fc{i}'`` ->
+      [B, fc_features[i-1]] and ``'rep'`` -> rep.
+    """
+    feats = {}
+    x = x.astype(self.dtype)
+    for i, c in enumerate(self.conv_features, start=1):
+      x = nn.relu(conv(x, c, name=f"conv{i}", dtype=self.dtype))
+      feats[f"conv{i}"] = x
+      x = nn.max_pool(x, POOL, strides=POOL)
+    x = x.reshape(x.shape[0], -1)
+    for i, f in enumerate(self.fc_features, start=1):
+      x = nn.relu(dense(x, f, name=f"fc{i}", dtype=self.dtype))
+      feats[f"fc{i}"] = x
+    rep = nn.relu(dense(x, self.rep_dim, name=f"fc{len(self.fc_features) + 1}",
+                        dtype=self.dtype))
+    feats["rep"] = rep
+    return rep, feats
+
+
+class Header(nn.Module):
+  """Prediction header: one linear layer, representation -> logits.
+
+  Params: ``{'fc': {'kernel': [rep_dim, num_classes], 'bias': [num_classes]}}``, the
+  same shapes for every architecture with the same ``rep_dim`` (so headers can be
+  averaged across CNN-1..5, as LG-FedAvg does).
+
+  Attributes:
+    num_classes: number of classes C.
+    dtype: computation dtype; parameters are always float32.
+  """
+  num_classes: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, rep: jax.Array) -> jax.Array:
+    """Logits [B, C] of a representation [B, rep_dim]."""
+    return dense(rep.astype(self.dtype), self.num_classes, name="fc", dtype=self.dtype)
+
+
+class CNN(nn.Module):
+  """Extractor + header, with params ``{'extractor': {...}, 'header': {...}}``.
+
+  Algorithms share or swap exactly these two subtrees (LG-FedAvg shares headers, FedMoE
+  an extractor, FedMRL mixes representations). Entry points:
+
+  - ``apply(v, x)`` -> ``(logits, features)``;
+  - ``apply(v, x, method=CNN.extract)`` -> rep [B, rep_dim];
+  - ``apply(v, rep, method=CNN.classify)`` -> logits, e.g. of a fused representation.
+
+  Attributes:
+    conv_features: see ``CNNExtractor``.
+    fc_features: see ``CNNExtractor``.
+    num_classes: number of classes C.
+    rep_dim: representation width (input width of the header).
+    dtype: computation dtype; parameters are always float32.
+  """
+  conv_features: tuple[int, ...]
+  fc_features: tuple[int, ...]
+  num_classes: int
+  rep_dim: int = 500
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.extractor = CNNExtractor(self.conv_features, self.fc_features, self.rep_dim,
+                                  self.dtype)
+    self.header = Header(self.num_classes, self.dtype)
+
+  def __call__(self, x: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Logits and named features of normalized images.
+
+    Args:
+      x: float images [B, 32, 32, 3], already normalized.
+
+    Returns:
+      ``(logits [B, C], features)``; features holds the extractor's features
+      (``'conv1'``, ``'conv2'``, ``'fc1'``, ``'rep'``) and ``'logits'``.
+    """
+    rep, feats = self.extractor(x)
+    logits = self.header(rep)
+    return logits, dict(feats, logits=logits)
+
+  def extract(self, x: jax.Array) -> jax.Array:
+    """Representation [B, rep_dim] of normalized images [B, 32, 32, 3]."""
+    return self.extractor(x)[0]
+
+  def classify(self, rep: jax.Array) -> jax.Array:
+    """Header logits [B, C] of a representation [B, rep_dim]."""
+    return self.header(rep)
+
+
+def extract(model: CNN, params: PyTree, x: jax.Array) -> jax.Array:
+  """Runs only ``model``'s extractor.
+
+  Args:
+    model: a ``CNN``.
+    params: its full params tree ``{'extractor': ..., 'header': ...}`` (only the
+      extractor subtree is read).
+    x: normalized images [B, 32, 32, 3].
+
+  Returns:
+    rep [B, rep_dim] in the model's dtype.
+  """
+  return model.apply({"params": params}, x, method=CNN.extract)
+
+
+def classify(model: CNN, params: PyTree, rep: jax.Array) -> jax.Array:
+  """Runs only ``model``'s header, e.g. on a fused representation.
+
+  Args:
+    model: a ``CNN``.
+    params: its full params tree (only the header subtree is read).
+    rep: [B, rep_dim].
+
+  Returns:
+    logits [B, C] in the model's dtype.
+  """
+  return model.apply({"params": params}, rep, method=CNN.classify)

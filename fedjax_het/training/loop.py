@@ -1,0 +1,275 @@
+"""The experiment runner: config -> data -> algorithm -> rounds -> metrics and checkpoints.
+
+``run(config, workdir)`` is what ``experiments/main.py`` calls. It validates the config
+and reads the data before anything is compiled or written, resumes from the newest
+checkpoint in ``workdir/checkpoints``, and runs the rounds between two evaluations or
+checkpoints as one compiled ``lax.scan`` (no host round-trip per round).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from fedjax_het import config as config_lib
+from fedjax_het import data as data_lib
+from fedjax_het import models, sharding
+from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State
+from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import metrics as metrics_lib
+
+# Keys that may change when a run is resumed (they do not change what is computed).
+RESUMABLE_KEYS = ("num_rounds", "eval_every", "checkpoint_every", "keep_checkpoints",
+                  "runtime.client_parallelism", "runtime.num_devices")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """Everything a run needs, built from a config before any compute.
+
+  Attributes:
+    config: the resolved config (algorithm defaults filled in).
+    runtime: static client-side settings (layout, devices, ...).
+    algorithm: the algorithm's pure functions.
+    data: ``FederatedData`` placed on the devices.
+    class_counts: int [num_clients, 2, num_classes], train and test class counts.
+    client_archs: architecture name of each client.
+  """
+  config: ml_collections.ConfigDict
+  runtime: Runtime
+  algorithm: Algorithm
+  data: data_lib.FederatedData
+  class_counts: np.ndarray
+  client_archs: tuple
+
+
+def load_pool(config) -> tuple[np.ndarray, np.ndarray, int]:
+  """Pooled (train + test) images and labels, as the papers partition them."""
+  raw = data_lib.load_dataset(config.data.name, config.data.path)
+  x = np.concatenate([raw.x_train, raw.x_test])
+  y = np.concatenate([raw.y_train, raw.y_test]).astype(np.int32)
+  if config.data.subsample:
+    x, y = x[:config.data.subsample], y[:config.data.subsample]
+  return x, y, raw.num_classes
+
+
+def partition_clients(config, y: np.ndarray, num_classes: int):
+  """Per-client (train, test) index lists and class counts, deterministic from the seed."""
+  p = config.partition
+  parts = data_lib.partition(y, config.num_clients, kind=p.kind, seed=config.seed,
+                             num_classes=num_classes, classes_per_client=p.classes_per_client,
+                             alpha=p.alpha)
+  train, test = data_lib.train_test_split(parts, seed=config.seed,
+                                          test_fraction=p.test_fraction)
+  counts = np.stack([data_lib.class_counts(y, train, num_classes),
+                     data_lib.class_counts(y, test, num_classes)], axis=1)
+  return train, test, counts
+
+
+def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
+  """Pooled arrays replicated, client index tables sharded over the client axis."""
+  return fed.replace(x=sharding.place_replicated(jnp.asarray(fed.x), mesh),
+                     y=sharding.place_replicated(jnp.asarray(fed.y), mesh),
+                     groups=sharding.place_clients(fed.groups, mesh))
+
+
+def make_runtime(config, layout, mesh) -> Runtime:
+  """The ``Runtime`` of a config."""
+  return Runtime(layout=layout, participation=config.participation,
+                 local_epochs=config.local_epochs, batch_size=config.batch_size,
+                 client_parallelism=config.runtime.client_parallelism,
+                 num_shards=mesh.size, mesh=mesh,
+                 compute_dtype=jnp.dtype(config.runtime.compute_dtype))
+
+
+def prepare(config: ml_collections.ConfigDict,
+            build: Callable[[Any, Runtime], Algorithm] | None = None) -> Experiment:
+  """Validates the config, loads and partitions the data, builds the algorithm.
+
+  Args:
+    config: experiment config (see ``fedjax_het.config.base_config``).
+    build: optional ``(config, runtime) -> Algorithm`` overriding ``SPECS``, for research
+      code plugging in its own algorithm.
+  """
+  config_lib.validate(config)
+  config = config_lib.with_algo_defaults(config)
+  archs = tuple(models.client_archs(config.models, config.num_clients))
+  x, y, num_classes = load_pool(config)
+  if len(y) < config.num_clients:
+    raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
+                     "examples of the data")
+  train, test, counts = partition_clients(config, y, num_classes)
+  mesh = sharding.client_mesh(config.runtime.num_devices)
+  fed, layout = data_lib.build_federated_data(
+      x, y, train, test, archs, num_classes=num_classes, pad_clients_to=mesh.size,
+      pad_examples_to=config.batch_size)
+  rt = make_runtime(config, layout, mesh)
+  algorithm = (build or SPECS[config.algorithm].build)(config, rt)
+  return Experiment(config, rt, algorithm, place_data(fed, mesh), counts, archs)
+
+
+def state_shardings(abstract: State, mesh) -> State:
+  """Client state sharded on its leading axis; round, rng and server replicated."""
+  rep, cli = sharding.replicated(mesh), sharding.client_sharding(mesh)
+  return State(round=rep, rng=rep, clients=jax.tree.map(lambda _: cli, abstract.clients),
+               server=jax.tree.map(lambda _: rep, abstract.server))
+
+
+def compile_fns(exp: Experiment):
+  """Jitted (init, run_rounds, evaluate) with fixed shardings; donated state buffers."""
+  alg, mesh = exp.algorithm, exp.runtime.mesh
+  abstract = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
+  shards = state_shardings(abstract, mesh)
+  init = jax.jit(alg.init, out_shardings=shards)
+
+  @functools.partial(jax.jit, static_argnums=2, donate_argnums=0,
+                     out_shardings=(shards, None))
+  def run_rounds(state, data, num_rounds):
+    return jax.lax.scan(lambda s, _: alg.round(s, data), state, None, length=num_rounds)
+
+  evaluate = jax.jit(alg.evaluate)
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          abstract, shards)
+  return init, run_rounds, evaluate, abstract
+
+
+def per_client_accuracy(exp: Experiment, counts) -> np.ndarray:
+  """Test accuracy of every client (ordered by client id) from ``evaluate``'s counts."""
+  correct = data_lib.unpad_clients([np.asarray(c) for c, _ in counts], exp.runtime.layout)
+  total = data_lib.unpad_clients([np.asarray(t) for _, t in counts], exp.runtime.layout)
+  return correct / np.maximum(total, 1)
+
+
+def fingerprint(exp: Experiment) -> dict:
+  """Flat dict of the config values that define what a run computes."""
+  flat = {}
+
+  def walk(prefix, d):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        walk(f"{prefix}{k}.", v)
+      elif f"{prefix}{k}" not in RESUMABLE_KEYS:
+        flat[f"{prefix}{k}"] = v
+
+  walk("", exp.config.to_dict())
+  flat["runtime.devices"] = exp.runtime.num_shards
+  return flat
+
+
+def next_stop(round_: int, config) -> int:
+  """The next round after ``round_`` that evaluates, checkpoints or ends the run."""
+  stops = [config.num_rounds, (round_ // config.eval_every + 1) * config.eval_every]
+  if config.checkpoint_every:
+    stops.append((round_ // config.checkpoint_every + 1) * config.checkpoint_every)
+  return min(stops)
+
+
+def check_finite(metrics: dict, first_round: int, archs) -> None:
+  """Raises FloatingPointError at the first non-finite train loss of a chunk of rounds."""
+  losses = np.asarray(metrics["group_train_loss"])  # [rounds, groups]
+  bad = np.argwhere(~np.isfinite(losses))
+  if len(bad):
+    r, g = bad[0]
+    raise FloatingPointError(
+        f"non-finite train loss at round {first_round + r + 1} in client group {g} "
+        f"({archs[g]}); rounds {first_round + 1}-{first_round + len(losses)} were not "
+        "saved, the last good checkpoint is kept")
+
+
+def write_partition(workdir: str, exp: Experiment) -> None:
+  """``partition.json``: every client's architecture and train/test class counts."""
+  metrics_lib.write_json(os.path.join(workdir, "partition.json"), {
+      "clients": [{"client": k, "arch": exp.client_archs[k],
+                   "train_class_counts": exp.class_counts[k, 0].tolist(),
+                   "test_class_counts": exp.class_counts[k, 1].tolist()}
+                  for k in range(len(exp.client_archs))]})
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = False,
+        log: Callable[[str], None] = print, build=None) -> dict:
+  """Runs (or resumes) an experiment and returns its summary.
+
+  Args:
+    config: experiment config.
+    workdir: output directory: ``metrics.jsonl``, ``summary.json``, ``partition.json``,
+      ``config.json``, ``checkpoints/``.
+    fresh_start: discard checkpoints and metrics of a previous run in ``workdir``.
+    log: where progress lines go.
+    build: optional algorithm builder (see ``prepare``).
+
+  Returns:
+    The summary dict also written to ``summary.json``.
+  """
+  exp = prepare(config, build)  # all validation and data errors happen here
+  config = exp.config
+  if fresh_start:
+    for name in ("checkpoints", "metrics.jsonl", "summary.json"):
+      path = os.path.join(workdir, name)
+      shutil.rmtree(path) if os.path.isdir(path) else (
+          os.path.exists(path) and os.remove(path))
+  os.makedirs(workdir, exist_ok=True)
+  init, run_rounds, evaluate, abstract = compile_fns(exp)
+  ckpt = (ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                max_to_keep=config.keep_checkpoints,
+                                fingerprint=fingerprint(exp)))
+  restored = ckpt.restore_latest(abstract)
+  if restored is None:
+    state = init(jax.random.PRNGKey(config.seed))
+    meta = {"uplink_params": 0.0, "downlink_params": 0.0, "wall_s": 0.0}
+  else:
+    state, meta = restored
+    log(f"resumed from round {int(state.round)} in {workdir}")
+  metrics_lib.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  write_partition(workdir, exp)
+  start = int(state.round)
+  log_rows = metrics_lib.MetricsLog(os.path.join(workdir, "metrics.jsonl"), start)
+  progress = metrics_lib.Progress(config.num_rounds, start, log)
+  t0, wall0 = time.perf_counter(), meta["wall_s"]
+  up, down = meta["uplink_params"], meta["downlink_params"]
+  acc = None
+  r = start
+  while r < config.num_rounds:
+    stop = next_stop(r, config)
+    # ---- train rounds r+1 .. stop in one dispatch
+    state, m = run_rounds(state, exp.data, stop - r)
+    check_finite(m, r, exp.runtime.layout.archs)
+    up += float(np.sum(m["uplink_params"]))
+    down += float(np.sum(m["downlink_params"]))
+    loss = float(m["train_loss"][-1])
+    r = stop
+    wall = wall0 + time.perf_counter() - t0
+    # ---- evaluate every client on its own test split
+    if r % config.eval_every == 0 or r == config.num_rounds:
+      acc = per_client_accuracy(exp, evaluate(state, exp.data))
+      wall = wall0 + time.perf_counter() - t0
+      log_rows.append({"round": r, "mean_test_acc": float(acc.mean()), "train_loss": loss,
+                       "uplink_params": up, "downlink_params": down,
+                       "wall_s": wall})
+      progress.update(r, float(acc.mean()), loss)
+    # ---- checkpoint
+    if (config.checkpoint_every and r % config.checkpoint_every == 0) or r == config.num_rounds:
+      ckpt.save(r, state, {"round": r, "uplink_params": up, "downlink_params": down,
+                           "wall_s": wall})
+  ckpt.close()
+  if acc is None:  # resumed a finished run: evaluate the restored state
+    acc = per_client_accuracy(exp, evaluate(state, exp.data))
+  rows = log_rows.rows
+  summary = {
+      "final_mean_test_acc": float(acc.mean()),
+      "best_mean_test_acc": max(row["mean_test_acc"] for row in rows),
+      "per_client_test_acc": acc.tolist(),
+      "rounds_completed": r,
+      "uplink_params": rows[-1]["uplink_params"],
+      "downlink_params": rows[-1]["downlink_params"],
+      "config": config.to_dict(),
+  }
+  metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
+  return summary
