@@ -10,6 +10,7 @@ Default: 100 clients of CNN-1 (FedAvg-style local training), 500 examples each, 
 
 Prints one line per measurement: seconds per round (median of --repeats), examples/s.
 Data are synthetic (class-dependent noise); shapes are those of CIFAR-10.
+``build`` and ``time_rounds`` are reused by ``benchmarks/compare.py``.
 """
 from __future__ import annotations
 
@@ -22,35 +23,85 @@ import numpy as np
 
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
-from fedjax_het import models, sharding
+from fedjax_het import sharding
 from fedjax_het.clients import resolve_parallelism
+from fedjax_het.models import client_archs
 from fedjax_het.algorithms import SPECS
 from fedjax_het.training import loop
 
 
-def build(args):
-  """(experiment-like pieces) for a synthetic federation of equal-size clients."""
-  n, k = args.clients, args.examples
-  raw = data_lib.make_synthetic(n * k + n * args.test_examples, 0, 10, seed=0)
+def build(*, algorithm: str = "fedavg", models: str = "cnn1", clients: int = 100,
+          examples: int = 500, test_examples: int = 50, batch: int = 50, epochs: int = 1,
+          participation: float = 1.0, parallelism: str = "auto", dtype: str = "float32",
+          num_devices: int = 0, seed: int = 0):
+  """A synthetic federation of equal-size clients, ready for ``loop.compile_fns``.
+
+  Args:
+    algorithm: a key of ``SPECS``.
+    models: the config key ``models`` ('cnn1', 'heterogeneous', ...).
+    clients: N; every client holds ``examples`` train and ``test_examples`` test images.
+    batch, epochs, participation: B, E, C.
+    parallelism: ``runtime.client_parallelism``.
+    dtype: ``runtime.compute_dtype``.
+    num_devices: devices of the client mesh (0: all).
+    seed: seed of the synthetic images.
+
+  Returns:
+    ``loop.Experiment`` (config, runtime, algorithm, placed data; no class counts).
+  """
+  n, k, t = clients, examples, test_examples
+  raw = data_lib.make_synthetic(n * (k + t), 0, 10, seed=seed)
   train = [np.arange(i * k, (i + 1) * k) for i in range(n)]
-  base = n * k
-  test = [base + np.arange(i * args.test_examples, (i + 1) * args.test_examples)
-          for i in range(n)]
+  test = [n * k + np.arange(i * t, (i + 1) * t) for i in range(n)]
   c = config_lib.base_config()
-  c.algorithm, c.models = args.algorithm, args.models
-  c.batch_size, c.local_epochs, c.participation = args.batch, args.epochs, args.participation
-  c.runtime.client_parallelism = args.parallelism
-  c.runtime.compute_dtype = args.dtype
+  c.algorithm, c.models, c.num_clients = algorithm, models, n
+  c.batch_size, c.local_epochs, c.participation = batch, epochs, participation
+  c.runtime.client_parallelism = parallelism
+  c.runtime.compute_dtype = dtype
+  c.runtime.num_devices = num_devices
   config_lib.validate(c)
   c = config_lib.with_algo_defaults(c)
-  mesh = sharding.client_mesh(0)
-  archs = models.client_archs(c.models, n)
+  mesh = sharding.client_mesh(num_devices)
+  archs = tuple(client_archs(c.models, n))
   fed, layout = data_lib.build_federated_data(
       raw.x_train, raw.y_train, train, test, archs, num_classes=10,
       pad_clients_to=mesh.size, pad_examples_to=c.batch_size)
   rt = loop.make_runtime(c, layout, mesh)
   alg = SPECS[c.algorithm].build(c, rt)
-  return rt, alg, loop.place_data(fed, mesh)
+  return loop.Experiment(c, rt, alg, loop.place_data(fed, mesh), None, archs)
+
+
+def clients_per_round(rt) -> int:
+  """Real clients that train in one round (padding slots excluded)."""
+  return sum(rt.slots(g)[0] for g in range(rt.layout.num_groups))
+
+
+def time_rounds(exp, *, repeats: int = 5, rounds_per_dispatch: int = 1):
+  """Times ``run_rounds`` of ``loop.compile_fns`` after a first (compiling) call.
+
+  Args:
+    exp: from ``build``.
+    repeats: timed calls.
+    rounds_per_dispatch: rounds per call (one ``lax.scan``, as ``loop.run`` does between
+      evaluations).
+
+  Returns:
+    (seconds of the first call, list of seconds per round of each timed call, the
+    metrics of the last call).
+  """
+  init, run_rounds, _, _ = loop.compile_fns(exp)
+  state = init(jax.random.PRNGKey(0))
+  t = time.perf_counter()
+  state, m = run_rounds(state, exp.data, rounds_per_dispatch)
+  jax.block_until_ready(state)
+  first = time.perf_counter() - t
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    state, m = run_rounds(state, exp.data, rounds_per_dispatch)
+    jax.block_until_ready(state)
+    times.append((time.perf_counter() - t) / rounds_per_dispatch)
+  return first, times, m
 
 
 def main():
@@ -65,32 +116,26 @@ def main():
   p.add_argument("--participation", type=float, default=1.0)
   p.add_argument("--parallelism", default="auto", choices=["auto", "vmap", "sequential"])
   p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  p.add_argument("--rounds_per_dispatch", type=int, default=1)
   p.add_argument("--repeats", type=int, default=5)
   args = p.parse_args()
-  rt, alg, fed = build(args)
-  exp = loop.Experiment(None, rt, alg, fed, None, None)
-  init, run_rounds, _, _ = loop.compile_fns(exp)
-  state = init(jax.random.PRNGKey(0))
-  t = time.perf_counter()
-  state, m = run_rounds(state, fed, 1)
-  jax.block_until_ready(state)
-  compile_s = time.perf_counter() - t
-  times = []
-  for _ in range(args.repeats):
-    t = time.perf_counter()
-    state, m = run_rounds(state, fed, 1)
-    jax.block_until_ready(state)
-    times.append(time.perf_counter() - t)
+  exp = build(algorithm=args.algorithm, models=args.models, clients=args.clients,
+              examples=args.examples, test_examples=args.test_examples, batch=args.batch,
+              epochs=args.epochs, participation=args.participation,
+              parallelism=args.parallelism, dtype=args.dtype)
+  first, times, m = time_rounds(exp, repeats=args.repeats,
+                                rounds_per_dispatch=args.rounds_per_dispatch)
   sec = statistics.median(times)
-  clients = sum(rt.slots(g)[0] for g in range(rt.layout.num_groups))
+  clients = clients_per_round(exp.runtime)
   examples = clients * args.examples * args.epochs
   print(f"backend={jax.default_backend()} devices={jax.device_count()} "
         f"parallelism={resolve_parallelism(args.parallelism)} "
         f"algorithm={args.algorithm} models={args.models} clients/round={clients} "
-        f"examples/client={args.examples} batch={args.batch} dtype={args.dtype}")
-  print(f"first call (compile + 1 round) {compile_s:.2f} s; round {sec:.4f} s "
-        f"(median of {args.repeats}, min {min(times):.4f}); {examples / sec:,.0f} examples/s; "
-        f"train loss {float(m['train_loss'][-1]):.4f}")
+        f"examples/client={args.examples} batch={args.batch} dtype={args.dtype} "
+        f"rounds/dispatch={args.rounds_per_dispatch}")
+  print(f"first call (compile + {args.rounds_per_dispatch} round(s)) {first:.2f} s; "
+        f"round {sec:.4f} s (median of {args.repeats}, min {min(times):.4f}); "
+        f"{examples / sec:,.0f} examples/s; train loss {float(m['train_loss'][-1]):.4f}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def base_config() -> ml_collections.ConfigDict:
   """Defaults for every key every algorithm understands (see docs/configs.md)."""
   c = ml_collections.ConfigDict()
   c.algorithm = "standalone"
-  c.data = ml_collections.ConfigDict(dict(name="cifar10", path="", subsample=0))
+  c.data = ml_collections.ConfigDict(dict(name="cifar10", path="", subsample=0, public=0))
   c.num_clients = 10
   c.participation = 1.0
   c.num_rounds = 100
@@ -112,6 +112,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_keys("data.", c.data.keys(), base.data.keys())
   _check_choice("data.name", c.data.name, DATASETS)
   _check_range("data.subsample", c.data.subsample, 0, integer=True)
+  _check_range("data.public", c.data.public, 0, integer=True)
   _check_range("num_clients", c.num_clients, 1, integer=True)
   _check_range("participation", c.participation, 0, 1, lo_open=True)
   _check_range("num_rounds", c.num_rounds, 1, integer=True)

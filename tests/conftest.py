@@ -1,7 +1,13 @@
 """Test setup: 4 forced CPU devices so sharded code paths run without a GPU."""
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole session (subprocesses inherit it):
+# the end-to-end tests compile the same round several times.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      tempfile.mkdtemp(prefix="fedjax_het_jit_cache_"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import jax  # noqa: E402
 
@@ -44,3 +50,27 @@ def tiny_config(synthetic_npz):
     c.partition.alpha = 1.0
     return config_lib.override(c, overrides or {})
   return make
+
+
+def assert_server_holds_no_client_leaf(state):
+  """The privacy boundary: no server leaf equals one client's own (unaggregated) leaf.
+
+  Every float leaf of ``state.server`` is compared with the same-shaped slice of every
+  client of every group (``state.clients[g]`` leaves are stacked on a client axis); an
+  exact match would mean the server kept a client's parameters (or anything else of its
+  state) without aggregation.
+  """
+  import jax
+
+  server = [np.asarray(x) for x in jax.tree.leaves(state.server)
+            if np.issubdtype(np.asarray(x).dtype, np.floating)]
+  for group in state.clients:
+    for leaf in jax.tree.leaves(group):
+      leaf = np.asarray(leaf)
+      if not np.issubdtype(leaf.dtype, np.floating):
+        continue
+      for s in server:
+        if s.shape == leaf.shape[1:] and s.size > 1:
+          for k in range(leaf.shape[0]):
+            assert not np.array_equal(s, leaf[k]), (
+                f"a server leaf of shape {s.shape} equals client {k}'s own leaf")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedjax_het.training import loop
+from conftest import assert_server_holds_no_client_leaf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,26 +62,29 @@ def test_round_compiles_once(tiny_config, algorithm, models):
     state, metrics = round_fn(state, exp.data)
   assert int(state.round) == 3
   assert np.isfinite(float(metrics["train_loss"]))
+  assert_server_holds_no_client_leaf(state)
 
 
 def test_resume_equals_uninterrupted_run(tiny_config, tmp_path):
-  full = loop.run(tiny_config(overrides={"num_rounds": 4}), str(tmp_path / "full"),
-                  log=lambda s: None)
+  full = loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4}),
+                  str(tmp_path / "full"), log=lambda s: None)
   part_dir = str(tmp_path / "part")
-  loop.run(tiny_config(overrides={"num_rounds": 2}), part_dir, log=lambda s: None)
+  loop.run(tiny_config(models="tiny", overrides={"num_rounds": 2}), part_dir,
+           log=lambda s: None)
   logs = []
-  resumed = loop.run(tiny_config(overrides={"num_rounds": 4}), part_dir, log=logs.append)
+  resumed = loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4}), part_dir,
+                     log=logs.append)
   assert any("resumed from round 2" in line for line in logs)
   assert _strip_wall(_rows(part_dir)) == _strip_wall(_rows(tmp_path / "full"))
   assert resumed["per_client_test_acc"] == full["per_client_test_acc"]
 
 
 def test_checkpoint_from_other_config_is_refused(tiny_config, tmp_path):
-  loop.run(tiny_config(), str(tmp_path), log=lambda s: None)
+  loop.run(tiny_config(models="tiny"), str(tmp_path), log=lambda s: None)
   with pytest.raises(ValueError, match=r"differing keys: \['learning_rate'\]"):
-    loop.run(tiny_config(overrides={"learning_rate": 0.02}), str(tmp_path),
+    loop.run(tiny_config(models="tiny", overrides={"learning_rate": 0.02}), str(tmp_path),
              log=lambda s: None)
-  loop.run(tiny_config(overrides={"learning_rate": 0.02}), str(tmp_path),
+  loop.run(tiny_config(models="tiny", overrides={"learning_rate": 0.02}), str(tmp_path),
            log=lambda s: None, fresh_start=True)
 
 
@@ -101,7 +105,7 @@ def test_uneven_clients_are_padded_to_the_device_count(tiny_config):
 
 
 @pytest.mark.skipif(not os.environ.get("FEDJAX_HET_DATA"), reason="needs FEDJAX_HET_DATA")
-@pytest.mark.parametrize("name", ["fedavg", "standalone"])
+@pytest.mark.parametrize("name", ["fedmrl"])  # the main job; others: test_reliability.py
 def test_main_smoke_on_real_cifar10(name, tmp_path):
   cmd = [sys.executable, os.path.join(ROOT, "experiments/main.py"),
          f"--config={os.path.join(ROOT, 'experiments', name + '.py')}:smoke",
@@ -112,3 +116,22 @@ def test_main_smoke_on_real_cifar10(name, tmp_path):
   summary = json.load(open(tmp_path / "summary.json"))
   assert summary["rounds_completed"] == 3
   assert summary["config"]["algorithm"] == name
+
+
+def test_public_holdout_is_held_by_no_client(tiny_config):
+  config = tiny_config(overrides={"data.public": 100})
+  y = np.arange(800) % 10
+  train, test, counts = loop.partition_clients(config, y, 10)
+  held = np.concatenate(train + test)
+  assert len(held) == len(set(held.tolist())) == 700
+  assert counts.sum() == 700
+  train0, test0, _ = loop.partition_clients(tiny_config(), y, 10)
+  assert len(np.concatenate(train0 + test0)) == 800
+  with pytest.raises(ValueError, match="data.public=795"):
+    loop.partition_clients(tiny_config(overrides={"data.public": 795}), y, 10)
+
+
+def test_extra_metrics_are_the_algorithms_own_at_the_last_round():
+  m = {"train_loss": np.ones(2), "group_finite": np.ones((2, 3), bool),
+       "fidelity": np.array([[0.1, 0.2], [0.3, 0.4]]), "public_overlap": np.array([0.0, 0.5])}
+  assert loop.extra_metrics(m) == {"fidelity": [0.3, 0.4], "public_overlap": 0.5}

@@ -1,27 +1,39 @@
 """Algorithms: one module each, read side by side with its paper.
 
-Every module defines a factory (``fedmrl(rt, ...) -> Algorithm``) and a ``SPEC`` saying
-how the experiment runner builds it from a config; ``SPECS`` maps the config's
-``algorithm`` name to it. Research code can call the factories directly.
+Every module defines a factory (``fedmrl.fedmrl(rt, ...) -> Algorithm``) and a ``SPEC``
+saying how the experiment runner builds it from a config; ``SPECS`` maps the config's
+``algorithm`` name to it. Research code can call the factories directly. The names below
+are the modules (``algorithms.fedmrl.fedmrl`` is the factory).
 """
 from __future__ import annotations
 
-from fedjax_het.algorithms import fedavg as _fedavg
-from fedjax_het.algorithms import fedmoe as _fedmoe
-from fedjax_het.algorithms import fedmrl as _fedmrl
-from fedjax_het.algorithms import standalone as _standalone
+from fedjax_het.algorithms import fedapen
+from fedjax_het.algorithms import fedavg
+from fedjax_het.algorithms import fedkd
+from fedjax_het.algorithms import fedmoe
+from fedjax_het.algorithms import fedmrl
+from fedjax_het.algorithms import fd
+from fedjax_het.algorithms import fedproto
+from fedjax_het.algorithms import fml
+from fedjax_het.algorithms import lg_fedavg
+from fedjax_het.algorithms import moss
+from fedjax_het.algorithms import standalone
 from fedjax_het.algorithms.base import Algorithm, ClientState, Runtime, Spec, State
-from fedjax_het.algorithms.fedavg import fedavg
-from fedjax_het.algorithms.fedmoe import fedmoe
-from fedjax_het.algorithms.fedmrl import fedmrl
-from fedjax_het.algorithms.standalone import standalone
 
 SPECS: dict[str, Spec] = {
-    "standalone": _standalone.SPEC,
-    "fedavg": _fedavg.SPEC,
-    "fedmrl": _fedmrl.SPEC,
-    "fedmoe": _fedmoe.SPEC,
+    "standalone": standalone.SPEC,
+    "fedavg": fedavg.SPEC,
+    "fedmrl": fedmrl.SPEC,
+    "fedmoe": fedmoe.SPEC,
+    "lg_fedavg": lg_fedavg.SPEC,
+    "fd": fd.SPEC,
+    "fedproto": fedproto.SPEC,
+    "moss": moss.SPEC,
+    "fml": fml.SPEC,
+    "fedkd": fedkd.SPEC,
+    "fedapen": fedapen.SPEC,
 }
 
-__all__ = ["Algorithm", "ClientState", "Runtime", "SPECS", "Spec", "State", "fedavg",
-           "fedmoe", "fedmrl", "standalone"]
+__all__ = ["Algorithm", "ClientState", "Runtime", "SPECS", "Spec", "State", "fd",
+           "fedapen", "fedavg", "fedkd", "fedmoe", "fedmrl", "fedproto", "fml", "lg_fedavg",
+           "moss", "standalone"]

@@ -156,6 +156,33 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   return base.Algorithm(init, round_fn, evaluate)
 
 
+def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidden: int = 64,
+                      global_arch: str = "cnn5") -> list:
+  """Per-sample gate weights on every client's test split, for analysis (paper Fig. 5).
+
+  Args:
+    rt, state, data: the runtime, a FedMoE state and its data.
+    gating_hidden, global_arch: as given to ``fedmoe``.
+
+  Returns:
+    per group ``(weights [n_g, max_test, 2], labels [n_g, max_test], mask [n_g,
+    max_test])``; padded entries have mask False.
+  """
+  out = []
+  for g, arch in enumerate(rt.layout.archs):
+    net = FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
+                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
+    index = data.groups[g]
+
+    def one(client, idx, net=net):
+      x = cl.make_batch(data.x, data.y, idx, idx >= 0, dtype=rt.compute_dtype).x
+      return net.gate_weights(client.params, client.model_state, x, train=False)[0]
+
+    weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(state.clients[g], index.test_idx)
+    out.append((weights, data.y[index.test_idx], index.test_mask))
+  return out
+
+
 def uplink(params):
   """What a FedMoE client sends: its trained copy of the global expert theta_k."""
   return params["global_ex"]

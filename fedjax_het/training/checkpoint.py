@@ -4,11 +4,14 @@
 ``JsonSave`` for the metadata (round, cumulative counters, the config fingerprint).
 Orbax writes a step into a temporary directory and renames it when complete, so a
 killed write leaves no half step behind; a step that fails to restore anyway
-(corrupted files) is skipped with a warning and the one before it is used.
+(corrupted files) is skipped with a warning, moved aside to ``<directory>.corrupted/``
+(so the resumed run can write that step again), and the one before it is used.
 """
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -67,6 +70,7 @@ class Checkpointer:
       except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
         logging.warning("checkpoint step %d is unreadable (%s); trying the previous one",
                         step, err)
+        self.quarantine(step)
         continue
       diff = fingerprint_diff(meta.get("fingerprint", {}), self.fingerprint)
       if diff:
@@ -80,9 +84,19 @@ class Checkpointer:
       except Exception as err:  # noqa: BLE001
         logging.warning("checkpoint step %d is corrupted (%s); trying the previous one",
                         step, err)
+        self.quarantine(step)
         continue
       return state, meta
     return None
+
+  def quarantine(self, step: int) -> None:
+    """Moves an unreadable step to ``<directory>.corrupted/<step>`` (kept for inspection)."""
+    directory = os.fspath(self.manager.directory)
+    aside = os.path.join(f"{directory}.corrupted", str(step))
+    shutil.rmtree(aside, ignore_errors=True)
+    os.makedirs(os.path.dirname(aside), exist_ok=True)
+    shutil.move(os.path.join(directory, str(step)), aside)
+    self.manager.reload()
 
   def close(self) -> None:
     self.manager.close()

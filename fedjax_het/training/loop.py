@@ -62,11 +62,23 @@ def load_pool(config) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def partition_clients(config, y: np.ndarray, num_classes: int):
-  """Per-client (train, test) index lists and class counts, deterministic from the seed."""
+  """Per-client (train, test) index lists and class counts, deterministic from the seed.
+
+  The last ``config.data.public`` examples of a seeded permutation of the pool are held
+  out: no client holds them, and they stay in the pool as the server's public set (Moss).
+  """
   p = config.partition
-  parts = data_lib.partition(y, config.num_clients, kind=p.kind, seed=config.seed,
+  rest = np.arange(len(y))
+  if config.data.public:
+    if config.data.public >= len(y) - config.num_clients:
+      raise ValueError(f"config.data.public={config.data.public} leaves too few of the "
+                       f"{len(y)} examples for {config.num_clients} clients")
+    perm = np.random.default_rng([config.seed, 1]).permutation(len(y))
+    rest = np.sort(perm[:len(y) - config.data.public])
+  parts = data_lib.partition(y[rest], config.num_clients, kind=p.kind, seed=config.seed,
                              num_classes=num_classes, classes_per_client=p.classes_per_client,
                              alpha=p.alpha)
+  parts = [rest[np.asarray(idx, np.int64)] for idx in parts]
   train, test = data_lib.train_test_split(parts, seed=config.seed,
                                           test_fraction=p.test_fraction)
   counts = np.stack([data_lib.class_counts(y, train, num_classes),
@@ -130,15 +142,28 @@ def compile_fns(exp: Experiment):
   shards = state_shardings(abstract, mesh)
   init = jax.jit(alg.init, out_shardings=shards)
 
+  def one_round(state, data):
+    state, metrics = alg.round(state, data)
+    return state, dict(metrics, group_finite=finite_groups(state))
+
   @functools.partial(jax.jit, static_argnums=2, donate_argnums=0,
                      out_shardings=(shards, None))
   def run_rounds(state, data, num_rounds):
-    return jax.lax.scan(lambda s, _: alg.round(s, data), state, None, length=num_rounds)
+    return jax.lax.scan(lambda s, _: one_round(s, data), state, None, length=num_rounds)
 
   evaluate = jax.jit(alg.evaluate)
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract, shards)
   return init, run_rounds, evaluate, abstract
+
+
+def finite_groups(state: State) -> jax.Array:
+  """bool [num_groups + 1]: every float leaf of each client group, then of the server, finite."""
+  def finite(tree):
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+  return jnp.stack([finite(c) for c in state.clients] + [finite(state.server)])
 
 
 def per_client_accuracy(exp: Experiment, counts) -> np.ndarray:
@@ -173,15 +198,38 @@ def next_stop(round_: int, config) -> int:
 
 
 def check_finite(metrics: dict, first_round: int, archs) -> None:
-  """Raises FloatingPointError at the first non-finite train loss of a chunk of rounds."""
-  losses = np.asarray(metrics["group_train_loss"])  # [rounds, groups]
-  bad = np.argwhere(~np.isfinite(losses))
-  if len(bad):
-    r, g = bad[0]
-    raise FloatingPointError(
-        f"non-finite train loss at round {first_round + r + 1} in client group {g} "
-        f"({archs[g]}); rounds {first_round + 1}-{first_round + len(losses)} were not "
-        "saved, the last good checkpoint is kept")
+  """Raises FloatingPointError at the first non-finite loss or parameter of a chunk.
+
+  Args:
+    metrics: the stacked metrics of rounds ``first_round + 1 ..``: ``group_train_loss``
+      [rounds, groups] and ``group_finite`` [rounds, groups + 1] (last column: server).
+    first_round: rounds completed before the chunk.
+    archs: architecture of each group, for the message.
+  """
+  losses = np.asarray(metrics["group_train_loss"])
+  finite = np.asarray(metrics["group_finite"])
+  bad_loss = ~np.isfinite(losses)
+  bad_params = ~finite[:, :-1]
+  for r in range(len(losses)):
+    groups = np.flatnonzero(bad_loss[r] | bad_params[r])
+    if len(groups) or not finite[r, -1]:
+      where = (f"client group {groups[0]} ({archs[groups[0]]})" if len(groups)
+               else "the server state")
+      what = "train loss" if len(groups) and bad_loss[r, groups[0]] else "parameter"
+      raise FloatingPointError(
+          f"non-finite {what} at round {first_round + r + 1} in {where}; rounds "
+          f"{first_round + 1}-{first_round + len(losses)} were not saved; the last good "
+          f"checkpoint (round {first_round} or earlier) is kept")
+
+
+STANDARD_METRICS = ("train_loss", "group_train_loss", "uplink_params", "downlink_params",
+                    "group_finite")
+
+
+def extra_metrics(metrics: dict) -> dict:
+  """An algorithm's own metrics (e.g. Moss's ``fidelity``) at the last round of a chunk."""
+  return {k: np.asarray(v[-1]).tolist() for k, v in sorted(metrics.items())
+          if k not in STANDARD_METRICS}
 
 
 def write_partition(workdir: str, exp: Experiment) -> None:
@@ -252,7 +300,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       wall = wall0 + time.perf_counter() - t0
       log_rows.append({"round": r, "mean_test_acc": float(acc.mean()), "train_loss": loss,
                        "uplink_params": up, "downlink_params": down,
-                       "wall_s": wall})
+                       **extra_metrics(m), "wall_s": wall})
       progress.update(r, float(acc.mean()), loss)
     # ---- checkpoint
     if (config.checkpoint_every and r % config.checkpoint_every == 0) or r == config.num_rounds:

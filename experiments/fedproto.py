@@ -1,0 +1,25 @@
+r"""FedProto (Tan et al., AAAI 2022) on model-heterogeneous CNN-1..5, CIFAR-10 2/10.
+
+Clients send per-class mean representations (500-d prototypes); the local loss adds
+lamda * MSE(rep, global prototype of the label); inference by nearest global prototype.
+
+  python experiments/main.py --config=experiments/fedproto.py --workdir=runs/fedproto
+  python experiments/main.py --config=experiments/fedproto.py:smoke --workdir=/tmp/fedproto
+  # the client's own header instead of the nearest prototype:
+  python experiments/main.py --config=experiments/fedproto.py --workdir=runs/fedproto_hd \
+      --config.algo.inference=header
+
+Results (command, seed, rounds): docs/results.md.
+"""
+from fedjax_het.config import apply_variant, base_config
+
+
+def get_config(arg=None):
+  c = base_config()
+  c.algorithm = "fedproto"
+  c.models = "heterogeneous"
+  c.batch_size = 64
+  c.learning_rate = 0.01
+  c.algo.lamda = 1.0
+  c.algo.inference = "prototype"
+  return apply_variant(c, arg)

@@ -1,0 +1,137 @@
+r"""FD: federated distillation of per-class average logits.
+
+Jeong, Oh, Kim, Bennis, Kim. "Communication-Efficient On-Device Machine Learning:
+Federated Distillation and Augmentation under Non-IID Private Data", arXiv 1811.11479
+(2018).
+
+- Client k: its private model f_k (any of CNN-1..5) computes, for every class j it
+  holds, the average logit vector z_k^(j) = mean_{(x, j) in D_k} f_k(x) in R^C, and
+  sends {z_k^(j), n_k^(j)} (``fedproto.class_stats`` on the logits).
+- Server: global logits \bar z^(j) = sum_k n_k^(j) z_k^(j) / sum_k n_k^(j) over the
+  round's clients that hold class j; a class nobody sent is marked invalid.
+- Local loss: CE(f_k(x), y) + lamda * D(f_k(x), \bar z^(y)), the distillation term
+  dropped for samples whose class has no valid global logit (so it is off in round 1).
+
+Uplink per client: (#classes held x C) logit entries (the C counts are not counted).
+Downlink: the full C x C table. Evaluation: each client's own model.
+
+Choices taken from the reference implementation (TsingZ0/HtFLlib ``clientfd.py``,
+``serverfd.py``): D is the cross-entropy of f_k(x) against the soft target
+softmax(\bar z^(y)) (``algo.distill='ce'``, HtFLlib's current version; ``'mse'`` gives
+the squared error between the logits and \bar z^(y), averaged over classes), lamda = 1,
+averaged over the batch with the dropped samples counting in its size; classes that no
+client of the round sent are dropped from the global table. Differences: HtFLlib averages
+the logits produced *during* local training and averages clients uniformly; here the
+logits come from one extra pass over the client's train data with the trained model,
+and clients are weighted by their class counts.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_het import clients as cl
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.fedproto import (aggregate_classes, class_stats, empty_table,
+                                            mean_entries_sent)
+from fedjax_het.algorithms.standalone import dummy_input, init_models
+
+DISTILL = ("ce", "mse")
+
+
+def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+       lamda: float = 1.0, distill: str = "ce") -> base.Algorithm:
+  """Builds FD.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate, momentum: local SGD.
+    lamda: weight of the distillation term.
+    distill: the distillation loss, one of ``DISTILL``.
+
+  Returns:
+    ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` with the private params
+    stacked [n_g, ...]; ``state.server`` = {'table': float32 [C, C] global per-class
+    logits (row j: class j), 'valid': bool [C]}.
+  """
+  if distill not in DISTILL:
+    raise ValueError(f"algo.distill={distill!r}; valid: {DISTILL}")
+  num_classes = rt.layout.num_classes
+  nets = init_models(rt, num_classes=num_classes)
+  opt = base.sgd(learning_rate, momentum)
+
+  def loss_fn(net, table):
+    def fn(params, model_state, batch, rng):
+      del rng
+      logits, _ = net.apply({"params": params}, batch.x)
+      loss = cl.cross_entropy(logits, batch.y, batch.mask)
+      return loss + lamda * distill_loss(logits, batch.y, batch.mask, table, distill), \
+          model_state
+    return fn
+
+  def init(rng):
+    def init_group(g):
+      def one(key):
+        params = nets[g].init(key, dummy_input())["params"]
+        return base.ClientState(params, None, opt.init(params))
+      return base.init_clients(rt, g, one, rng)
+    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    return base.State(jnp.zeros((), jnp.int32), rng, clients,
+                      empty_table(num_classes, num_classes))
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    table = state.server
+    results = []
+    for g, net in enumerate(nets):
+      def client_fn(client, idx, mask, key, net=net):
+        r = cl.local_train(loss_fn(net, table), opt, client.params, None, client.opt_state,
+                           data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
+                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
+        sent = uplink(net, r.params, data, idx, mask, rt)
+        return base.ClientState(r.params, None, r.opt_state), (sent, r.loss)
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    uploads = [r.outputs[0] for r in results]
+    up = mean_entries_sent(uploads, [r.weights for r in results], num_classes)
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=up,
+                                 downlink=num_classes * num_classes)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=aggregate_classes(uploads)), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      return lambda x: nets[g].apply({"params": client.params}, x)[0]
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def distill_loss(logits, labels, mask, table, kind: str = "ce"):
+  """Mean over the batch of D(logits_i, \bar z^(y_i)); 0 for classes without a target.
+
+  Args:
+    logits: [B, C]; labels int32 [B]; mask bool [B].
+    table: {'table': [C, C], 'valid': bool [C]} global per-class logits.
+    kind: 'ce' (soft-target cross-entropy against softmax(\bar z)) or 'mse'.
+  """
+  logits = logits.astype(jnp.float32)
+  target = table["table"][labels]
+  if kind == "ce":
+    per = optax.softmax_cross_entropy(logits, jax.nn.softmax(target))
+  else:
+    per = jnp.mean(jnp.square(logits - target), axis=-1)
+  keep = mask & table["valid"][labels]
+  return jnp.sum(per * keep) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
+  """What an FD client sends: its per-class average logits and class counts."""
+  return class_stats(lambda x: net.apply({"params": params}, x)[0], data.x, data.y, idx,
+                     mask, num_classes=rt.layout.num_classes, batch_size=rt.batch_size,
+                     dtype=rt.compute_dtype)
+
+
+SPEC = base.Spec(lambda c, rt: fd(rt, **base.sgd_args(c), **c.algo),
+                 dict(lamda=1.0, distill="ce"), choices=dict(distill=DISTILL))

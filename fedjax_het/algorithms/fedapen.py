@@ -1,0 +1,197 @@
+r"""FedAPEN: mutual learning with an adaptive, learned ensemble of private and shared models.
+
+Qin, Yang, Chen, Wang, Cui, Chen, Chen. "FedAPEN: Personalized Cross-silo Federated
+Learning with Adaptability to Statistical Heterogeneity", KDD 2023.
+
+Symbols (paper -> code):
+- the shared model (``params['global']``, arch ``small_arch``, CNN-5-sized) and client
+  k's private heterogeneous model (``params['local']``), as in FML (``fml.py``).
+- lambda_k in [0, 1]: the weight of the private model in the ensemble output
+  y_ens = lambda_k * f_private(x) + (1 - lambda_k) * f_shared(x) (on logits);
+  ``model_state['lam']`` holds its logit, lambda_k = sigmoid(lam) (0.5 at start).
+
+One round of client k:
+1. Download theta into the shared model.
+2. Learning for adaptability: with both models fixed, lambda_k minimises
+   CE(y_ens, y) on a held-out part of the local train data (the last
+   ``holdout_fraction`` of the client's real train examples, a deterministic split),
+   by ``lambda_steps`` full-batch gradient steps of size ``lambda_learning_rate``.
+3. Learning for ensemble: on the remaining train examples both models take SGD steps on
+   L_private = CE(p_private, y) + KL(p_shared || p_private)
+               + CE(lambda y_private + (1 - lambda) sg(y_shared), y),
+   L_shared  = CE(p_shared, y) + KL(p_private || p_shared)
+               + CE(lambda sg(y_private) + (1 - lambda) y_shared, y),
+   each KL target and each other model's ensemble term held fixed (sg = stop_gradient).
+Server: example-weighted mean of the uploaded shared models (``fedmrl.aggregate``).
+
+Uplink: the shared model. Downlink: the shared model. lambda_k never leaves the client.
+Evaluation: the ensemble of the client's private model and the server's latest theta,
+mixed with the client's lambda_k.
+
+Choices taken from the reference code (the authors' repository, ``learned_adaptive_mutual``
+and ``learn_weight_for_inference``):
+
+- Unit weights on CE, KL and ensemble CE in both losses (not FML's alpha/beta), and the
+  ensemble mixes raw logits.
+- lambda starts at 0.5 and is learned on held-out data with the models frozen (the
+  reference clips a raw weight to [0, 1]; the brief's sigmoid keeps it in (0, 1)), for
+  10 passes; the FederatedScope variant of the reference uses one full batch of the
+  held-out examples, as we do (its logits are computed once, the models being fixed).
+- Held-out examples are not trained on in that round.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het import sharding
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedmrl
+from fedjax_het.algorithms import fml
+
+
+def ensemble(logits_l: jax.Array, logits_g: jax.Array, lam: jax.Array) -> jax.Array:
+  """lambda * private + (1 - lambda) * shared logits."""
+  return lam * logits_l.astype(jnp.float32) + (1 - lam) * logits_g.astype(jnp.float32)
+
+
+def ensemble_losses(logits_l, logits_g, lam, labels, mask):
+  """(L_private, L_shared) of the learning-for-ensemble step (module docstring)."""
+  sg = jax.lax.stop_gradient
+  loss_l = (cl.cross_entropy(logits_l, labels, mask)
+            + fml.kl_divergence(logits_g, logits_l, mask)
+            + cl.cross_entropy(ensemble(logits_l, sg(logits_g), lam), labels, mask))
+  loss_g = (cl.cross_entropy(logits_g, labels, mask)
+            + fml.kl_divergence(logits_l, logits_g, mask)
+            + cl.cross_entropy(ensemble(sg(logits_l), logits_g, lam), labels, mask))
+  return loss_l, loss_g
+
+
+def holdout_split(idx: jax.Array, mask: jax.Array, fraction: float, batch_size: int):
+  """Splits a client's padded train table into (train mask, held-out idx, held-out mask).
+
+  The held-out examples are the last floor(fraction * n) real entries of the table (n
+  real entries); they are gathered into a table of static length ``ceil(fraction *
+  n_max)`` rounded up to ``batch_size``.
+
+  Args:
+    idx, mask: int32 / bool [n_max].
+
+  Returns:
+    (train mask bool [n_max], held-out idx int32 [h_max], held-out mask bool [h_max]).
+  """
+  n_max = idx.shape[0]
+  n = jnp.sum(mask)
+  h = jnp.floor(fraction * n).astype(jnp.int32)
+  rank = jnp.cumsum(mask) - 1
+  held = mask & (rank >= n - h)
+  h_max = min(n_max, sharding.round_up(max(1, int(-(-fraction * n_max // 1))), batch_size))
+  order = jnp.argsort(~held, stable=True)[:h_max]  # held-out entries first, in order
+  return mask & ~held, idx[order], held[order]
+
+
+def learn_lambda(lam: jax.Array, logits_l: jax.Array, logits_g: jax.Array,
+                 labels: jax.Array, mask: jax.Array, *, steps: int,
+                 learning_rate: float) -> jax.Array:
+  """Gradient descent on the logit of lambda for CE of the ensemble (models fixed).
+
+  Args:
+    lam: scalar logit of lambda.
+    logits_l, logits_g: [H, C] held-out logits of the private and shared models.
+    labels, mask: [H].
+
+  Returns:
+    the new logit (unchanged when ``mask`` is all False).
+  """
+  def loss(l):
+    return cl.cross_entropy(ensemble(logits_l, logits_g, jax.nn.sigmoid(l)), labels, mask)
+
+  def step(l, _):
+    return l - learning_rate * jax.grad(loss)(l), None
+  return jax.lax.scan(step, lam, None, length=steps)[0]
+
+
+def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+            small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
+            holdout_fraction: float = 0.1, lambda_steps: int = 10,
+            lambda_learning_rate: float = 1.0) -> base.Algorithm:
+  """Builds FedAPEN.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate, momentum: SGD of both models.
+    small_arch, rep_dim: architecture and representation width of the shared model.
+    holdout_fraction: part of each client's train data that lambda is learned on.
+    lambda_steps, lambda_learning_rate: gradient descent on lambda's logit per round.
+
+  Returns:
+    ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k},
+    ``state.clients[g].model_state`` = {'lam': logit of lambda_k}, stacked over the
+    group's clients; ``state.server`` = theta.
+  """
+  if not 0.0 < holdout_fraction < 1.0:
+    raise ValueError(f"algo.holdout_fraction={holdout_fraction} must be in (0, 1)")
+  nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
+  opt = base.sgd(learning_rate, momentum)
+
+  def loss_fn(net):
+    def fn(params, model_state, batch, rng):
+      del rng
+      (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
+      lam = jax.nn.sigmoid(model_state["lam"])
+      loss_l, loss_g = ensemble_losses(logits_l, logits_g, lam, batch.y, batch.mask)
+      return loss_l + loss_g, model_state
+    return fn
+
+  def holdout_logits(net, params, data, idx, mask):
+    def chunk(args):
+      batch = cl.make_batch(data.x, data.y, *args, dtype=rt.compute_dtype)
+      (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
+      return logits_l.astype(jnp.float32), logits_g.astype(jnp.float32), batch.y
+    chunks = (idx.reshape(-1, rt.batch_size), mask.reshape(-1, rt.batch_size))
+    return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), jax.lax.map(chunk, chunks))
+
+  def train_client(g, client, theta, data, idx, mask, key):
+    params = fml.download(client, theta)
+    train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
+    logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
+    lam = learn_lambda(client.model_state["lam"], logits_l, logits_g, labels, hmask,
+                       steps=lambda_steps, learning_rate=lambda_learning_rate)
+    r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, client.opt_state,
+                       data.x, data.y, idx, train_mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    new = base.ClientState(r.params, r.model_state, r.opt_state)
+    return new, (fedmrl.uplink(r.params), r.loss)
+
+  def round_fn(state, data):
+    return fml.average_round(state, fml.train_groups(rt, state, data, train_client))
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      params = fml.download(client, server)
+      lam = jax.nn.sigmoid(client.model_state["lam"])
+
+      def fn(x):
+        (logits_l, _), (logits_g, _) = nets[g].forward(params, x)
+        return ensemble(logits_l, logits_g, lam)
+      return fn
+    return base.evaluate_groups(rt, state, data, predict)
+
+  def init(rng):
+    return fml.init_state(rt, nets, opt, rng, model_state={"lam": jnp.zeros((), jnp.float32)})
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def weight(client: base.ClientState) -> jax.Array:
+  """lambda_k in [0, 1] of a client state (any leading client axes)."""
+  return jax.nn.sigmoid(client.model_state["lam"])
+
+
+SPEC = base.Spec(
+    lambda c, rt: fedapen(rt, **base.sgd_args(c), **c.algo),
+    dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, holdout_fraction=0.1,
+         lambda_steps=10, lambda_learning_rate=1.0),
+    choices=dict(small_arch=tuple(models.ARCHITECTURES)))

@@ -1,0 +1,211 @@
+r"""FedProto: federated prototype learning across heterogeneous clients.
+
+Tan, Long, Liu, Zhou, Lu, Jiang, Zhang. "FedProto: Federated Prototype Learning across
+Heterogeneous Clients", AAAI 2022 (arXiv 2105.00243).
+
+Symbols (paper -> code):
+- f_i = header o extractor: client i's private model (any of CNN-1..5, representation
+  width d = 500); nothing of it leaves the client.
+- C_i^(j) = (1/|D_i,j|) sum_{x in D_i,j} F_ex(x): client i's local prototype of class j
+  (``class_stats``), sent only for the classes j it holds.
+- Global prototypes: \bar C^(j) = sum_i |D_i,j| C_i^(j) / sum_i |D_i,j| over the round's
+  clients that hold class j (``aggregate_classes``); a class nobody sent is marked
+  invalid in the server's mask.
+- Local loss: CE(f_i(x), y) + lamda * MSE(F_ex(x), \bar C^(y)); the MSE term is dropped
+  for samples whose class has no valid global prototype (so it is off in round 1).
+
+Uplink per client: (#classes held x 500) prototype entries (plus the C per-class counts,
+not counted). Downlink: the full prototype table (C x 500).
+
+Inference ``algo.inference``: 'prototype' (default) predicts the class of the nearest
+valid global prototype in mean squared distance, as the paper and HtFLlib's
+``clientProto.test_metrics`` do (falling back to the header while no prototype exists);
+'header' uses the client's own model.
+
+Choices taken from the reference implementation (TsingZ0/HtFLlib ``clientproto.py``,
+``serverproto.py``): the whole model is trained with lamda = 1 on the MSE term averaged
+over the batch and the 500 dims; classes that no client of the round sent are dropped
+from the global table (not carried over from earlier rounds). Differences: HtFLlib
+averages the features seen *during* the local epochs and then averages clients
+uniformly; here prototypes come from one extra pass over the client's train data with
+the trained model (like HtFLlib's ``collect_protos``), and clients are
+weighted by their class counts as in the paper's Eq. (6).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.standalone import dummy_input, init_models
+
+INFERENCE = ("prototype", "header")
+
+
+def empty_table(num_classes: int, width: int) -> dict:
+  """{'table': float32 [C, width] zeros, 'valid': bool [C] all False}."""
+  return {"table": jnp.zeros((num_classes, width), jnp.float32),
+          "valid": jnp.zeros((num_classes,), bool)}
+
+
+def class_stats(feature_fn, x_pool, y_pool, idx, mask, *, num_classes: int,
+                batch_size: int, dtype=jnp.float32) -> dict:
+  """Per-class means of ``feature_fn`` over one client's examples (one pass, no grad).
+
+  Args:
+    feature_fn: normalized images [B, ...] -> features [B, D].
+    x_pool, y_pool: pooled images and labels.
+    idx, mask: int32 / bool [n_max], ``n_max`` a multiple of ``batch_size``.
+
+  Returns:
+    {'means': float32 [C, D] (zeros for classes the client does not hold),
+     'counts': float32 [C] examples per class}.
+  """
+  chunks = (idx.reshape(-1, batch_size), mask.reshape(-1, batch_size))
+
+  def chunk(args):
+    bidx, bmask = args
+    batch = cl.make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    feats = jax.lax.stop_gradient(feature_fn(batch.x)).astype(jnp.float32)
+    onehot = jax.nn.one_hot(batch.y, num_classes) * bmask[:, None]
+    return onehot.T @ feats, jnp.sum(onehot, axis=0)
+
+  sums, counts = jax.tree.map(lambda a: jnp.sum(a, axis=0), jax.lax.map(chunk, chunks))
+  return {"means": sums / jnp.maximum(counts, 1.0)[:, None], "counts": counts}
+
+
+def aggregate_classes(uploads: list) -> dict:
+  """Count-weighted per-class mean of the uploaded tables over all groups' clients.
+
+  Args:
+    uploads: per group, {'means': [slots_g, C, D], 'counts': [slots_g, C]} (padding slots
+      and unsent classes have count 0).
+
+  Returns:
+    {'table': [C, D] (zeros where invalid), 'valid': bool [C], True where some client
+    sent the class}.
+  """
+  means = jnp.concatenate([u["means"] for u in uploads])
+  counts = jnp.concatenate([u["counts"] for u in uploads])
+  total = jnp.sum(counts, axis=0)
+  table = jnp.sum(counts[..., None] * means, axis=0) / jnp.maximum(total, 1e-12)[:, None]
+  valid = total > 0
+  return {"table": jnp.where(valid[:, None], table, 0.0), "valid": valid}
+
+
+def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
+  """Mean over participating clients of (#classes sent x ``width``)."""
+  seen = jnp.concatenate([jnp.sum(u["counts"] > 0, axis=-1) for u in uploads])
+  active = (jnp.concatenate(weights) > 0).astype(jnp.float32)
+  return jnp.sum(seen * active) * width / jnp.maximum(jnp.sum(active), 1.0)
+
+
+def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+             lamda: float = 1.0, inference: str = "prototype") -> base.Algorithm:
+  """Builds FedProto.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate, momentum: local SGD.
+    lamda: weight of the prototype MSE term.
+    inference: one of ``INFERENCE``.
+
+  Returns:
+    ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` with the private params
+    stacked [n_g, ...]; ``state.server`` = {'table': float32 [C, 500] global prototypes,
+    'valid': bool [C]}.
+  """
+  if inference not in INFERENCE:
+    raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
+  num_classes = rt.layout.num_classes
+  nets = init_models(rt, num_classes=num_classes)
+  width = nets[0].rep_dim
+  if any(n.rep_dim != width for n in nets):
+    raise ValueError("fedproto needs one representation width across architectures")
+  opt = base.sgd(learning_rate, momentum)
+
+  def loss_fn(net, protos):
+    def fn(params, model_state, batch, rng):
+      del rng
+      rep = models.extract(net, params, batch.x)
+      logits = models.classify(net, params, rep)
+      loss = cl.cross_entropy(logits, batch.y, batch.mask)
+      return loss + lamda * proto_mse(rep, batch.y, batch.mask, protos), model_state
+    return fn
+
+  def init(rng):
+    def init_group(g):
+      def one(key):
+        params = nets[g].init(key, dummy_input())["params"]
+        return base.ClientState(params, None, opt.init(params))
+      return base.init_clients(rt, g, one, rng)
+    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    return base.State(jnp.zeros((), jnp.int32), rng, clients, empty_table(num_classes, width))
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    protos = state.server
+    results = []
+    for g, net in enumerate(nets):
+      def client_fn(client, idx, mask, key, net=net):
+        r = cl.local_train(loss_fn(net, protos), opt, client.params, None, client.opt_state,
+                           data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
+                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
+        sent = uplink(net, r.params, data, idx, mask, rt)
+        return base.ClientState(r.params, None, r.opt_state), (sent, r.loss)
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    uploads = [r.outputs[0] for r in results]
+    new_protos = aggregate_classes(uploads)
+    up = mean_entries_sent(uploads, [r.weights for r in results], width)
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=up,
+                                 downlink=num_classes * width)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=new_protos), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      net = nets[g]
+      def fn(x):
+        rep = models.extract(net, client.params, x)
+        logits = models.classify(net, client.params, rep)
+        if inference == "header":
+          return logits
+        return jnp.where(jnp.any(server["valid"]),
+                         nearest_prototype_scores(rep, server), logits.astype(jnp.float32))
+      return fn
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def proto_mse(rep, labels, mask, protos) -> jax.Array:
+  """lamda's term: mean over the batch of mean_d (rep - \bar C^(y))^2.
+
+  Samples whose class has no valid prototype contribute 0 but still count in the batch
+  size, as in HtFLlib (where their target is the representation itself).
+  """
+  target = protos["table"][labels]
+  keep = mask & protos["valid"][labels]
+  err = jnp.mean(jnp.square(rep.astype(jnp.float32) - target), axis=-1)
+  return jnp.sum(err * keep) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def nearest_prototype_scores(rep, protos) -> jax.Array:
+  """Scores [B, C] = -mean squared distance to each valid prototype (-inf if invalid)."""
+  d = jnp.mean(jnp.square(rep.astype(jnp.float32)[:, None, :] - protos["table"][None]), -1)
+  return jnp.where(protos["valid"][None], -d, -jnp.inf)
+
+
+def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
+  """What a FedProto client sends: its per-class mean representations and counts."""
+  return class_stats(lambda x: models.extract(net, params, x), data.x, data.y, idx, mask,
+                     num_classes=rt.layout.num_classes, batch_size=rt.batch_size,
+                     dtype=rt.compute_dtype)
+
+
+SPEC = base.Spec(lambda c, rt: fedproto(rt, **base.sgd_args(c), **c.algo),
+                 dict(lamda=1.0, inference="prototype"),
+                 choices=dict(inference=INFERENCE))

@@ -1,0 +1,111 @@
+r"""LG-FedAvg: local representations, global header.
+
+Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov, Morency. "Think Locally, Act
+Globally: Federated Learning with Local and Global Representations", arXiv 2001.01523
+(2020).
+
+Every client k keeps its own extractor F_ex(omega_k^ex) (any of CNN-1..5: the
+representations all have width 500) and a copy of the global header theta_hd, a linear
+layer 500 -> C with the same shape for every architecture.
+
+- Client: downloads theta_hd into its model, runs E epochs of SGD on the cross-entropy of
+  F_hd(F_ex(x)) over *all* its params (extractor and header together), and sends its
+  trained header theta_k^hd up.
+- Server: theta_hd <- sum_k n_k theta_k^hd / sum_k n_k over the round's clients of every
+  architecture group (n_k: train examples).
+
+Uplink: the header params. Downlink: the header params.
+
+Choices taken from the reference implementation (TsingZ0/HtFLlib ``clientlg.py`` and
+``serverlg.py``): the whole local model is trained (not only the extractor); the header
+average is weighted by train-example counts; evaluation uses the client's extractor with
+the latest global header (HtFLlib sends the header to every client before it evaluates).
+Here the server starts from one freshly initialised header that all clients download at
+their first round (HtFLlib lets clients start from their own heads).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het import clients as cl
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.standalone import classifier_loss, dummy_input, init_models
+
+
+def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
+              ) -> base.Algorithm:
+  """Builds LG-FedAvg.
+
+  Args:
+    rt: runtime (groups by architecture, C, E, B, devices).
+    learning_rate, momentum: local SGD over extractor and header.
+
+  Returns:
+    ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` whose params
+    {'extractor', 'header'} are stacked [n_g, ...]; ``state.server`` is the global header
+    {'fc': {'kernel': [500, C], 'bias': [C]}}.
+  """
+  nets = init_models(rt, num_classes=rt.layout.num_classes)
+  opt = base.sgd(learning_rate, momentum)
+
+  def init(rng):
+    def init_group(g):
+      def one(key):
+        params = nets[g].init(key, dummy_input())["params"]
+        return base.ClientState(params, None, opt.init(params))
+      return base.init_clients(rt, g, one, rng)
+    header = nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
+    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    return base.State(jnp.zeros((), jnp.int32), rng, clients, header)
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    header = state.server
+    results = []
+    for g, net in enumerate(nets):
+      def client_fn(client, idx, mask, key, lf=classifier_loss(net)):
+        params = with_header(client.params, header)  # download theta_hd
+        r = cl.local_train(lf, opt, params, None, client.opt_state, data.x, data.y, idx,
+                           mask, key, epochs=rt.local_epochs, batch_size=rt.batch_size,
+                           dtype=rt.compute_dtype)
+        return base.ClientState(r.params, None, r.opt_state), (uplink(r.params), r.loss)
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    new_header = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
+    size = base.count_params(header)
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=new_header), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      params = with_header(client.params, server)  # local extractor, global header
+      return lambda x: nets[g].apply({"params": params}, x)[0]
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+def with_header(params, header):
+  """A client's params with its header replaced by ``header``."""
+  return dict(params, header=header)
+
+
+def uplink(params):
+  """What an LG-FedAvg client sends: its trained header (and nothing of its extractor)."""
+  return params["header"]
+
+
+def aggregate(uploads: list, weights: list):
+  """Example-weighted mean of the uploaded headers over all groups' clients.
+
+  Args:
+    uploads: per group, header pytrees stacked [slots_g, ...].
+    weights: per group, float32 [slots_g] train examples (0 on padding).
+  """
+  stacked = jax.tree.map(lambda *a: jnp.concatenate(a), *uploads)
+  return cl.weighted_mean(stacked, jnp.concatenate(weights))
+
+
+SPEC = base.Spec(lambda c, rt: lg_fedavg(rt, **base.sgd_args(c)), {})

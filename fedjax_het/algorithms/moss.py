@@ -1,0 +1,241 @@
+r"""Moss: proxy model-based full-weight aggregation for heterogeneous models.
+
+"Moss: Proxy Model-based Full-Weight Aggregation in Federated Learning with Heterogeneous
+Models" (arXiv 2503.10218). The paper gives no code; docs/moss.md records which parts
+below are the paper's and which are our design (the WIRE meta-networks, the public set).
+
+Symbols (paper -> code):
+- device types: the architecture groups of ``rt.layout``; w_g, the type model of group g
+  (``server['types'][g]``), is trained by FedAvg within the type.
+- PROM: one proxy p_g per type, all of architecture ``proxy_arch`` (default the largest
+  device architecture); P, the global proxy (``server['proxy']``).
+- WIRE (``moss_wire.transfer``): weight-wise transfer type -> proxy (p_g from w_g, starting
+  at P) and global proxy -> type (w_g from P), on the server's public data, guided by the
+  transfer-location network T_L and transfer-degree network T_D
+  (``server['wire'][g]['up' | 'down']``).
+- FILE: fidelity f_g = mean_x cos(p_g(x), w_g(x)) over public x (logits);
+  P = sum_g a_g p_g with a_g = relu(f_g) / sum_h relu(f_h).
+
+Uplink: the device model's weights only. Downlink: the deployed type model. Both are
+counted per participating client, averaged over the clients of all types.
+
+Ablations: ``aggregation='uniform'`` (a_g = 1/G), ``mapping='naive'`` (HeteroFL-style
+slice copy instead of WIRE).
+
+Types have different architectures, so WIRE runs in a Python loop over types inside the
+traced round (one compiled program, no vmap over types); its steps are a ``lax.scan``.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import moss_wire as wire
+from fedjax_het.algorithms.standalone import classifier_loss, dummy_input
+from fedjax_het.models.preprocess import normalize
+
+AGGREGATIONS = ("file", "uniform")
+MAPPINGS = ("wire", "naive")
+PUBLIC_SEED = 0x5EED  # the public set is fixed: fold_in(rng, PUBLIC_SEED), every round
+
+
+def file_weights(fid: jax.Array, aggregation: str = "file") -> jax.Array:
+  """FILE aggregation weights a [G] of fidelities f [G] (uniform if none is positive).
+
+  >>> file_weights(jnp.array([0.5, 1.5, -1.0]))  # -> [0.25, 0.75, 0.]
+  """
+  fid = jnp.asarray(fid, jnp.float32)
+  uniform = jnp.full_like(fid, 1.0 / fid.shape[0])
+  if aggregation == "uniform":
+    return uniform
+  pos = jnp.maximum(fid, 0.0)
+  total = jnp.sum(pos)
+  return jnp.where(total > 0, pos / jnp.maximum(total, 1e-12), uniform)
+
+
+def public_indices(data, key: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """The server's public set: ``size`` pool indices, unreferenced examples first.
+
+  Returns:
+    (int32 [size] indices into the pool, fraction of them some client also holds).
+  """
+  pool = data.y.shape[0]
+  used = jnp.zeros((pool,), jnp.bool_)
+  for index in data.groups:
+    for idx, mask in ((index.train_idx, index.train_mask), (index.test_idx, index.test_mask)):
+      used = used.at[idx.reshape(-1)].max(mask.reshape(-1))
+  score = jax.random.uniform(key, (pool,)) + used.astype(jnp.float32)
+  order = jnp.argsort(score)[:size].astype(jnp.int32)
+  return order, jnp.mean(used[order].astype(jnp.float32))
+
+
+def uplink(params):
+  """What a Moss client sends: its trained device-model weights, nothing else."""
+  return params
+
+
+def largest_arch(archs, num_classes: int) -> str:
+  """The architecture among ``archs`` with the most parameters."""
+  def size(a):
+    net = models.get_model(a, num_classes=num_classes)
+    return models.count_params(jax.eval_shape(net.init, jax.random.PRNGKey(0), dummy_input()))
+  return max(archs, key=size)
+
+
+def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+         proxy_arch: str = "auto", aggregation: str = "file", mapping: str = "wire",
+         public_size: int = 500, public_batch: int = 50, wire_steps: int = 10,
+         wire_lr: float = 0.01, meta_lr: float = 1e-3, beta: float = 0.5,
+         wire_layers: str = "conv1,conv2,rep") -> base.Algorithm:
+  """Builds Moss.
+
+  Args:
+    rt: runtime (groups by architecture = device types).
+    learning_rate, momentum: local SGD (optimizer state reset every round, as FedAvg).
+    proxy_arch: architecture of the proxies; 'auto' = the largest device architecture.
+    aggregation: 'file' (fidelity-weighted) or 'uniform'.
+    mapping: 'wire' or 'naive' (slice copy).
+    public_size: examples of the server's public set.
+    public_batch: public examples per WIRE step.
+    wire_steps: WIRE steps per type, direction and round.
+    wire_lr, meta_lr, beta: WIRE's SGD step, T_L/T_D Adam step, weight of L_wfm.
+    wire_layers: comma-separated feature names matched by WIRE.
+
+  Returns:
+    ``Algorithm``; see docs/moss.md for ``state.server``; ``state.clients[g]`` counts the
+    rounds each client of group g took part in (int32 [n_g]).
+  """
+  if aggregation not in AGGREGATIONS:
+    raise ValueError(f"algo.aggregation={aggregation!r}; valid: {AGGREGATIONS}")
+  if mapping not in MAPPINGS:
+    raise ValueError(f"algo.mapping={mapping!r}; valid: {MAPPINGS}")
+  for k, v in dict(public_size=public_size, public_batch=public_batch,
+                   wire_steps=wire_steps).items():
+    if not isinstance(v, int) or v < 1:
+      raise ValueError(f"algo.{k}={v!r} must be a positive int")
+  nc, layout = rt.layout.num_classes, rt.layout
+  proxy_arch = largest_arch(layout.archs, nc) if proxy_arch == "auto" else proxy_arch
+  nets = [models.get_model(a, num_classes=nc, dtype=rt.compute_dtype) for a in layout.archs]
+  proxy_net = models.get_model(proxy_arch, num_classes=nc, dtype=rt.compute_dtype)
+  applies = [lambda p, x, n=n: n.apply({"params": p}, x) for n in nets]
+  proxy_apply = lambda p, x: proxy_net.apply({"params": p}, x)
+  layers = tuple(s.strip() for s in wire_layers.split(",") if s.strip())
+  opt, meta_opt = base.sgd(learning_rate, momentum), optax.adam(meta_lr)
+  G = layout.num_groups
+
+  def init_params(net, key):
+    return net.init(key, dummy_input())["params"]
+
+  def shapes(net):
+    return jax.eval_shape(lambda k: init_params(net, k), jax.random.PRNGKey(0))
+
+  c_proxy = wire.channels(proxy_apply, shapes(proxy_net), layers)
+  c_types = [wire.channels(applies[g], shapes(nets[g]), layers) for g in range(G)]
+
+  def init_wire(key, c_src, c_tgt):
+    meta = wire.init_meta(c_src, layers)
+    return {"meta": meta, "meta_opt": meta_opt.init(meta),
+            "reg": wire.init_regressors(key, c_src, c_tgt, layers)}
+
+  def init(rng):
+    skey = jax.random.fold_in(rng, 1 << 20)
+    types = tuple(init_params(nets[g], jax.random.fold_in(skey, g)) for g in range(G))
+    proxy = init_params(proxy_net, jax.random.fold_in(skey, G))
+    wires = ()
+    if mapping == "wire":
+      wkey = jax.random.fold_in(skey, G + 1)
+      wires = tuple({"up": init_wire(jax.random.fold_in(wkey, 2 * g), c_types[g], c_proxy),
+                     "down": init_wire(jax.random.fold_in(wkey, 2 * g + 1), c_proxy,
+                                       c_types[g])} for g in range(G))
+    clients = tuple(jnp.zeros((n,), jnp.int32) for n in layout.padded_sizes)
+    server = {"types": types, "proxy": proxy, "wire": wires}
+    return base.State(jnp.zeros((), jnp.int32), rng, clients, server)
+
+  cfg = wire.WireConfig(layers, wire_steps, public_batch, wire_lr, beta)
+
+  def map_weights(src_apply, src, tgt_apply, tgt, ws, public_x, key):
+    """One direction of WIRE (or the naive copy): returns (target, wire state, loss)."""
+    if mapping == "naive":
+      return wire.naive_copy(src, tgt), ws, jnp.zeros(())
+    c = cfg._replace(batch=min(cfg.batch, public_x.shape[0]))
+    return wire.transfer(c, meta_opt, src_apply, src, tgt_apply, tgt, ws, public_x, key)
+
+  def train_types(state, data, sample_key, train_key):
+    results = []
+    for g in range(G):
+      w_g, lf = state.server["types"][g], classifier_loss(nets[g])
+
+      def client_fn(client, idx, mask, key, w_g=w_g, lf=lf):
+        r = cl.local_train(lf, opt, w_g, None, opt.init(w_g), data.x, data.y, idx, mask,
+                           key, epochs=rt.local_epochs, batch_size=rt.batch_size,
+                           dtype=rt.compute_dtype)
+        return client + 1, (uplink(r.params), r.loss)
+
+      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
+                                      train_key, client_fn))
+    types = [cl.weighted_mean(r.outputs[0], r.weights) for r in results]
+    return results, types
+
+  def round_fn(state, data):
+    sample_key, train_key = base.round_keys(state)
+    wire_key = jax.random.fold_in(train_key, 1 << 16)
+    results, types = train_types(state, data, sample_key, train_key)
+    # ---- the server's public set (fixed across rounds)
+    pub_idx, overlap = public_indices(data, jax.random.fold_in(state.rng, PUBLIC_SEED),
+                                      min(public_size, data.y.shape[0]))
+    public_x = normalize(data.x[pub_idx]).astype(rt.compute_dtype)
+    wires = list(state.server["wire"]) if mapping == "wire" else [{} for _ in range(G)]
+    # ---- WIRE up: type g -> proxy p_g (starting from the global proxy), then fidelity
+    proxies, fids, losses = [], [], []
+    for g in range(G):
+      p, ws, loss = map_weights(applies[g], types[g], proxy_apply, state.server["proxy"],
+                                wires[g].get("up"), public_x, jax.random.fold_in(wire_key, g))
+      wires[g] = dict(wires[g], up=ws) if mapping == "wire" else wires[g]
+      proxies.append(p)
+      losses.append(loss)
+      fids.append(wire.fidelity(proxy_apply(p, public_x)[0], applies[g](types[g], public_x)[0]))
+    # ---- FILE: fidelity-weighted global proxy
+    fid = jnp.stack(fids)
+    a = file_weights(fid, aggregation)
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *proxies)
+    proxy = cl.weighted_mean(stacked, a)
+    # ---- WIRE down: global proxy -> every type, deployed next round
+    new_types = []
+    for g in range(G):
+      w, ws, loss = map_weights(proxy_apply, proxy, applies[g], types[g], wires[g].get("down"),
+                                public_x, jax.random.fold_in(wire_key, G + g))
+      wires[g] = dict(wires[g], down=ws) if mapping == "wire" else wires[g]
+      new_types.append(w)
+      losses.append(loss)
+    sizes = [base.count_params(t) for t in types]
+    sampled = [rt.slots(g)[0] for g in range(G)]
+    per_client = float(np.dot(sizes, sampled) / sum(sampled))
+    metrics = base.round_metrics(results, lambda o: o[1], uplink=per_client,
+                                 downlink=per_client)
+    metrics.update(fidelity=fid, file_weights=a, public_overlap=overlap,
+                   wire_loss=jnp.mean(jnp.stack(losses)))
+    server = {"types": tuple(new_types), "proxy": proxy,
+              "wire": tuple(wires) if mapping == "wire" else ()}
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=server), metrics
+
+  def evaluate(state, data):
+    def predict(g, client, server):
+      return lambda x: applies[g](server["types"][g], x)[0]
+    return base.evaluate_groups(rt, state, data, predict)
+
+  return base.Algorithm(init, round_fn, evaluate)
+
+
+SPEC = base.Spec(
+    lambda c, rt: moss(rt, **base.sgd_args(c), **c.algo),
+    dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
+         public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
+         wire_layers="conv1,conv2,rep"),
+    choices=dict(proxy_arch=("auto",) + tuple(models.ARCHITECTURES),
+                 aggregation=AGGREGATIONS, mapping=MAPPINGS))

@@ -1,0 +1,82 @@
+"""FedMRL mechanics on tiny inputs: Matryoshka widths, uplink, aggregation, a round."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het.algorithms import fedmrl
+from fedjax_het.training import loop
+from conftest import assert_server_holds_no_client_leaf
+
+
+def _nets(use_mrl=True, d1=20):
+  return fedmrl.FedMRLNets("tiny", small_arch="tiny", d1=d1, num_classes=10,
+                           use_mrl=use_mrl, dtype=jnp.float32)
+
+
+def test_matryoshka_slices_have_config_widths():
+  net = _nets(d1=20)
+  params = net.init(jax.random.PRNGKey(0))
+  x = jnp.ones((3, 32, 32, 3))
+  rep = net.fused(params, x)
+  chex.assert_shape(rep, (3, fedmrl.LOCAL_REP_DIM))
+  chex.assert_shape(params["proj"]["kernel"], (20 + 500, 500))
+  chex.assert_shape(params["global"]["header"]["fc"]["kernel"], (20, 10))
+  small, large = net.heads(params, rep)
+  chex.assert_shape([small, large], [(3, 10), (3, 10)])
+  # the small header only reads the first d1 dims: changing the rest does not move it
+  rep2 = rep.at[:, 20:].add(5.0)
+  np.testing.assert_allclose(net.heads(params, rep2)[0], small, rtol=1e-6)
+  assert not np.allclose(net.heads(params, rep2)[1], large)
+
+
+def test_without_mrl_heads_read_disjoint_slices():
+  net = _nets(use_mrl=False, d1=20)
+  params = net.init(jax.random.PRNGKey(0))
+  rep = net.fused(params, jnp.ones((2, 32, 32, 3)))
+  chex.assert_shape(rep, (2, 520))
+  small, large = net.heads(params, rep)
+  np.testing.assert_allclose(net.heads(params, rep.at[:, :20].add(3.0))[1], large, rtol=1e-6)
+  np.testing.assert_allclose(net.heads(params, rep.at[:, 20:].add(3.0))[0], small, rtol=1e-6)
+
+
+def test_uplink_holds_only_the_shared_model():
+  net = _nets()
+  params = net.init(jax.random.PRNGKey(1))
+  up = fedmrl.uplink(params)
+  assert jax.tree.structure(up) == jax.tree.structure(params["global"])
+  private = jax.tree.leaves((params["local"], params["proj"]))
+  for leaf in jax.tree.leaves(up):
+    assert not any(leaf.shape == p.shape and np.array_equal(leaf, p) for p in private)
+
+
+def test_aggregate_by_hand():
+  ups = [{"w": jnp.array([[1.0], [3.0]])}, {"w": jnp.array([[5.0]])}]
+  out = fedmrl.aggregate(ups, [jnp.array([1.0, 1.0]), jnp.array([2.0])])
+  np.testing.assert_allclose(out["w"], [(1 + 3 + 2 * 5) / 4])
+
+
+@pytest.mark.parametrize("inference", fedmrl.INFERENCE)
+def test_inference_modes_predict(inference):
+  net = _nets()
+  params = net.init(jax.random.PRNGKey(2))
+  chex.assert_shape(net.predict(params, jnp.ones((2, 32, 32, 3)), inference), (2, 10))
+
+
+def test_round_compiles_once_and_sends_theta(tiny_config):
+  exp = loop.prepare(tiny_config("fedmrl", overrides={"algo.d1": 20,
+                                                      "algo.small_arch": "tiny"}))
+  init, *_ = loop.compile_fns(exp)
+  state = init(jax.random.PRNGKey(0))
+  round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
+  theta0 = state.server
+  for _ in range(2):
+    state, metrics = round_fn(state, exp.data)
+  assert np.isfinite(float(metrics["train_loss"]))
+  assert_server_holds_no_client_leaf(state)
+  theta_size = sum(x.size for x in jax.tree.leaves(theta0))
+  assert float(metrics["uplink_params"]) == theta_size
+  assert not np.allclose(jax.tree.leaves(state.server)[0], jax.tree.leaves(theta0)[0])
+  counts = exp.algorithm.evaluate(state, exp.data)
+  assert len(counts) == 2  # two architecture groups

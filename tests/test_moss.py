@@ -1,0 +1,147 @@
+"""Moss: WIRE meta-networks, FILE weights, the uplink, one compiled round."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_het import models
+from fedjax_het.algorithms import moss as moss_lib
+from fedjax_het.algorithms import moss_wire as wire
+from fedjax_het.models.registry import ArchSpec
+from fedjax_het.training import loop
+from conftest import assert_server_holds_no_client_leaf
+
+LAYERS = ("conv1", "conv2", "rep")
+
+
+def tiny_net(arch="tiny"):
+  net = models.get_model(arch, num_classes=10, rep_dim=16)
+  return net, (lambda p, x: net.apply({"params": p}, x))
+
+
+def images(n, seed=0):
+  return jax.random.normal(jax.random.PRNGKey(seed), (n, 32, 32, 3))
+
+
+def test_file_weights_follow_fidelity():
+  # logits of two proxies vs their sources, hand-computed cosines: 1.0 and 0.5.
+  src = jnp.array([[1.0, 0.0], [0.0, 2.0]])
+  close = jnp.array([[2.0, 0.0], [0.0, 1.0]])  # cos 1, 1
+  far = jnp.array([[1.0, jnp.sqrt(3.0)], [jnp.sqrt(3.0), 1.0]])  # cos 0.5, 0.5
+  fid = jnp.stack([wire.fidelity(close, src), wire.fidelity(far, src)])
+  np.testing.assert_allclose(fid, [1.0, 0.5], atol=1e-6)
+  np.testing.assert_allclose(moss_lib.file_weights(fid), [2 / 3, 1 / 3], atol=1e-6)
+  np.testing.assert_allclose(moss_lib.file_weights(jnp.array([0.5, 1.5, -1.0])),
+                             [0.25, 0.75, 0.0], atol=1e-6)
+  np.testing.assert_allclose(moss_lib.file_weights(jnp.array([-1.0, 0.0])), [0.5, 0.5])
+  np.testing.assert_allclose(moss_lib.file_weights(fid, "uniform"), [0.5, 0.5])
+
+
+def test_location_rows_are_distributions_and_degree_too():
+  net, apply = tiny_net()
+  params = net.init(jax.random.PRNGKey(0), images(1))["params"]
+  c = wire.channels(apply, params, LAYERS)
+  meta = wire.init_meta(c, LAYERS)
+  meta = jax.tree.map(lambda a: jax.random.normal(jax.random.PRNGKey(1), a.shape), meta)
+
+  @jax.jit
+  def nets(meta, params, x):
+    src = wire.pooled_features(apply(params, x)[1], LAYERS)
+    return wire.location(meta, src, LAYERS), wire.degree(meta, src, LAYERS)
+
+  lam, deg = nets(meta, params, images(5))
+  assert lam.shape == (5, 3, 3)
+  assert np.all(np.asarray(lam) >= 0)
+  np.testing.assert_allclose(jnp.sum(lam, -1), 1.0, atol=1e-5)
+  for n in LAYERS:
+    for m in LAYERS:
+      assert deg[n][m].shape == (5, c[m])
+      np.testing.assert_allclose(jnp.sum(deg[n][m], -1), 1.0, atol=1e-5)
+
+
+def test_transfer_to_same_architecture_reaches_high_fidelity():
+  net, apply = tiny_net()
+  src = net.init(jax.random.PRNGKey(0), images(1))["params"]
+  tgt = net.init(jax.random.PRNGKey(7), images(1))["params"]
+  x = images(32, seed=3)
+  c = wire.channels(apply, src, LAYERS)
+  meta = wire.init_meta(c, LAYERS)
+  opt = optax.adam(1e-3)
+  ws = {"meta": meta, "meta_opt": opt.init(meta),
+        "reg": wire.init_regressors(jax.random.PRNGKey(2), c, c, LAYERS)}
+  cfg = wire.WireConfig(LAYERS, steps=40, batch=16, lr=0.5, beta=0.1)
+  run = jax.jit(lambda t, w: wire.transfer(cfg, opt, apply, src, apply, t, w, x,
+                                           jax.random.PRNGKey(4)))
+  before = wire.fidelity(apply(tgt, x)[0], apply(src, x)[0])
+  new, ws2, loss = run(tgt, ws)
+  after = wire.fidelity(apply(new, x)[0], apply(src, x)[0])
+  assert np.isfinite(loss)
+  assert after > 0.9 and after > before, (before, after)
+  # the meta-networks moved (they received a meta-gradient)
+  assert float(jnp.abs(ws2["meta"]["loc_b"]).sum()) > 0
+  # a copy of the source stays a faithful copy
+  same, _, _ = run(src, ws)
+  assert wire.fidelity(apply(same, x)[0], apply(src, x)[0]) > 0.95
+
+
+def test_naive_copy_overlapping_slices():
+  src = {"a": jnp.ones((2, 3)), "b": jnp.ones((4,)), "only_src": jnp.ones(1)}
+  tgt = {"a": jnp.zeros((3, 2)), "b": jnp.zeros((2,)), "c": jnp.zeros(2)}
+  out = wire.naive_copy(src, tgt)
+  np.testing.assert_array_equal(out["a"], [[1, 1], [1, 1], [0, 0]])
+  np.testing.assert_array_equal(out["b"], [1, 1])
+  np.testing.assert_array_equal(out["c"], [0, 0])
+
+
+@pytest.fixture
+def two_tiny_archs(monkeypatch):
+  """A second tiny architecture so the federation is heterogeneous and cheap."""
+  monkeypatch.setitem(models.ARCHITECTURES, "tiny2", ArchSpec((4, 6), (24,)))
+
+
+def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_archs):
+  c = tiny_config("moss", models="tiny,tiny2", overrides={
+      "algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
+      "algo.wire_layers": "conv2,rep"})
+  exp = loop.prepare(c)
+  alg, rt = exp.algorithm, exp.runtime
+  assert rt.layout.archs == ("tiny", "tiny2")
+  init, *_ = loop.compile_fns(exp)
+  state = init(jax.random.PRNGKey(0))
+  # proxy = the larger device architecture
+  sizes = [models.count_params(state.server["types"][g]) for g in range(2)]
+  assert models.count_params(state.server["proxy"]) == max(sizes)
+
+  round_fn = jax.jit(chex.assert_max_traces(alg.round, n=1))
+  for _ in range(2):
+    state, m = round_fn(state, exp.data)
+  assert int(state.round) == 2
+  assert np.isfinite(float(m["train_loss"]))
+  assert_server_holds_no_client_leaf(state)
+  # the uplink is exactly the device model: per participating client, its type's size
+  sampled = [rt.slots(g)[0] for g in range(2)]
+  expected = np.dot(sizes, sampled) / sum(sampled)
+  np.testing.assert_allclose(float(m["uplink_params"]), expected)
+  np.testing.assert_allclose(float(m["downlink_params"]), expected)
+  up = moss_lib.uplink(state.server["types"][0])
+  assert jax.tree.structure(up) == jax.tree.structure(state.server["types"][0])
+  np.testing.assert_allclose(jnp.sum(m["file_weights"]), 1.0, atol=1e-6)
+  assert float(m["public_overlap"]) == 1.0  # every pooled example belongs to a client
+  counts = alg.evaluate(state, exp.data)
+  assert len(counts) == 2
+
+
+def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
+  c = tiny_config("moss", models="tiny,tiny2", overrides={
+      "algo.public_size": 16, "algo.mapping": "naive", "algo.aggregation": "uniform"})
+  exp = loop.prepare(c)
+  init, *_ = loop.compile_fns(exp)
+  state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
+  np.testing.assert_allclose(m["file_weights"], [0.5, 0.5])
+  assert state.server["wire"] == ()
+  # HeteroFL-style copy: conv1 has one shape in every tiny arch, so it equals the proxy's
+  for g in range(2):
+    np.testing.assert_allclose(state.server["types"][g]["extractor"]["conv1"]["kernel"],
+                               state.server["proxy"]["extractor"]["conv1"]["kernel"])

@@ -1,0 +1,170 @@
+"""Reliability: SIGKILL and resume, corrupted checkpoints, bad input, numerical faults."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het.algorithms import SPECS
+from fedjax_het.training import loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import kill_resume  # noqa: E402
+
+# Smoke configs shrunk further (tiny models, synthetic data) so three processes per
+# algorithm fit in CI; `python benchmarks/kill_resume.py --all` runs the full smokes.
+SHRINK = {
+    "fedmrl": ["--config.algo.small_arch=tiny", "--config.algo.d1=20"],
+    "fedmoe": ["--config.algo.global_arch=tiny", "--config.algo.gating_hidden=8"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHRINK))
+def test_sigkill_and_resume_equals_an_uninterrupted_run(name, synthetic_npz, tmp_path):
+  cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "kill_resume.py"),
+         f"--config={os.path.join(ROOT, 'experiments', name + '.py')}:smoke", "--kills=2",
+         f"--workdir={tmp_path}", "--", "--config.models=tiny", "--config.num_rounds=4",
+         f"--config.data.path={synthetic_npz}", *SHRINK[name]]
+  out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+  assert "killed during a checkpoint write" in out.stdout
+  assert "IDENTICAL" in out.stdout
+
+
+def _write_run(workdir, rows, summary):
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f)
+
+
+def test_compare_reports_duplicated_rounds_and_changed_accuracy(tmp_path):
+  rows = [{"round": 1, "mean_test_acc": 0.5, "wall_s": 1.0},
+          {"round": 2, "mean_test_acc": 0.6, "wall_s": 2.0}]
+  _write_run(tmp_path / "a", rows, {"final_mean_test_acc": 0.6})
+  _write_run(tmp_path / "b", [dict(r, wall_s=9.0) for r in rows],
+             {"final_mean_test_acc": 0.6})
+  assert kill_resume.compare(tmp_path / "a", tmp_path / "b") == []  # wall time ignored
+  _write_run(tmp_path / "c", rows[:1] + rows, {"final_mean_test_acc": 0.6})
+  assert any("duplicated" in p for p in kill_resume.compare(tmp_path / "a", tmp_path / "c"))
+  _write_run(tmp_path / "d", [rows[0], dict(rows[1], mean_test_acc=0.6000001)],
+             {"final_mean_test_acc": 0.6000001})
+  problems = kill_resume.compare(tmp_path / "a", tmp_path / "d")
+  assert any(p.startswith("round 2") for p in problems)
+  assert any("final_mean_test_acc" in p for p in problems)
+
+
+def _rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in f]
+
+
+def test_corrupted_checkpoint_is_skipped_and_the_previous_one_used(tiny_config, tmp_path,
+                                                                   caplog):
+  config = lambda rounds: tiny_config(models="tiny", overrides={"num_rounds": rounds})
+  full = loop.run(config(3), str(tmp_path / "full"), log=lambda s: None)
+  run_dir = tmp_path / "run"
+  loop.run(config(2), str(run_dir), log=lambda s: None)
+  state_dir = run_dir / "checkpoints" / "2" / "state"
+  for root, _, files in os.walk(state_dir):
+    for name in files:
+      open(os.path.join(root, name), "wb").close()  # truncate every file of step 2
+  logs = []
+  resumed = loop.run(config(3), str(run_dir), log=logs.append)
+  assert any("resumed from round 1" in line for line in logs)
+  assert "checkpoint step 2 is corrupted" in caplog.text
+  assert (tmp_path / "run" / "checkpoints.corrupted" / "2").is_dir()
+  assert _rows(run_dir) == _rows(tmp_path / "full")
+  assert resumed["per_client_test_acc"] == full["per_client_test_acc"]
+
+
+def _bad_npz(tmp_path, synthetic_npz, **change):
+  arrays = dict(np.load(synthetic_npz))
+  arrays.update(change)
+  path = tmp_path / "bad.npz"
+  np.savez(path, **arrays)
+  return str(path)
+
+
+BAD_INPUTS = {
+    "unknown key": (lambda d, p: {"learning_rat": 0.1}, ValueError, "learning_rat"),
+    "unknown value": (lambda d, p: {"partition.kind": "patho"}, ValueError,
+                      "valid choices"),
+    "unknown algo key": (lambda d, p: {"algo.d1": 3}, ValueError, "algo.d1"),
+    "missing data path": (lambda d, p: {"data.path": str(p / "none.npz")},
+                          FileNotFoundError, "FEDJAX_HET_DATA"),
+    "npz shapes": (lambda d, p: {"data.path": _bad_npz(
+        p, d, x_train=np.zeros((600, 28, 28, 3), np.uint8))}, ValueError, "shape"),
+    "npz dtype": (lambda d, p: {"data.path": _bad_npz(
+        p, d, x_train=np.zeros((600, 32, 32, 3), np.float64))}, ValueError, "dtype"),
+    "npz labels": (lambda d, p: {"data.path": _bad_npz(
+        p, d, y_train=np.full((600,), 10))}, ValueError, "label"),
+    "fewer examples than clients": (lambda d, p: {"num_clients": 900}, ValueError,
+                                    "num_clients"),
+    "partition leaves a client without data": (
+        lambda d, p: {"num_clients": 390, "partition.alpha": 0.01}, ValueError,
+        "some client still had fewer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_fails_before_compute_and_keeps_the_previous_run(
+    case, tiny_config, synthetic_npz, tmp_path, monkeypatch):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  before = {}
+  for name in ("metrics.jsonl", "summary.json", "config.json", "partition.json"):
+    (workdir / name).write_text(f"previous {name}\n")
+    before[name] = (workdir / name).read_text()
+  make_overrides, error, message = BAD_INPUTS[case]
+
+  def no_compile(*args, **kwargs):
+    raise AssertionError("compiled before the input was checked")
+
+  monkeypatch.setattr(loop, "compile_fns", no_compile)
+  with pytest.raises(error, match=message):
+    loop.run(tiny_config(overrides=make_overrides(synthetic_npz, tmp_path)),
+             str(workdir), log=lambda s: None)
+  assert sorted(os.listdir(workdir)) == sorted(before)
+  assert {n: (workdir / n).read_text() for n in before} == before
+
+
+def _poisoned(at_round: int, group: int, where: str):
+  """Standalone whose round writes a NaN into group ``group`` at round ``at_round``."""
+  def build(c, rt):
+    alg = SPECS[c.algorithm].build(c, rt)
+
+    def round_fn(state, data):
+      state, metrics = alg.round(state, data)
+      hit = state.round == at_round
+      if where == "params":
+        clients = list(state.clients)
+        clients[group] = jax.tree.map(
+            lambda x: jnp.where(hit, jnp.nan, x) if jnp.issubdtype(x.dtype, jnp.floating)
+            else x, clients[group])
+        state = state.replace(clients=tuple(clients))
+      else:
+        loss = metrics["group_train_loss"]
+        metrics = dict(metrics, group_train_loss=loss.at[group].set(
+            jnp.where(hit, jnp.nan, loss[group])))
+      return state, metrics
+
+    return alg._replace(round=round_fn)
+  return build
+
+
+@pytest.mark.parametrize("where,what", [("params", "parameter"), ("loss", "train loss")])
+def test_non_finite_stops_with_round_and_group_keeping_good_checkpoints(
+    where, what, tiny_config, tmp_path):
+  config = tiny_config(overrides={"num_rounds": 4})
+  with pytest.raises(FloatingPointError,
+                     match=f"non-finite {what} at round 3 in client group 1 \\(cnn5\\)"):
+    loop.run(config, str(tmp_path), log=lambda s: None, build=_poisoned(3, 1, where))
+  assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) == [1, 2]
+  assert [r["round"] for r in _rows(tmp_path)] == [1, 2]

@@ -1,0 +1,302 @@
+"""The sweep runner, its tables, the figures and the results page, from tiny real runs."""
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from matplotlib import image as mpimg
+
+from fedjax_het import config as config_lib
+from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import loop
+from fedjax_het.training import metrics as metrics_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import plots  # noqa: E402
+import results_page  # noqa: E402
+import sweep  # noqa: E402
+
+SETTING = "N=4,C=100%"
+CELL = re.compile(r"^(\*\*)?\d+\.\d\d ± \d+\.\d\d(\*\*)?$")
+
+
+def _row(algorithm, setting, seed, acc, status="done"):
+  return {"algorithm": algorithm, "setting": setting, "seed": seed, "status": status,
+          "final_mean_test_acc": acc, "best_mean_test_acc": acc, "rounds_completed": 2,
+          "uplink_params": 1.0, "downlink_params": 2.0, "wall_s": 3.0,
+          "workdir": f"{algorithm}/{sweep.slug(setting)}/seed{seed}"}
+
+
+def _table_cells(markdown):
+  """[[cells]] of the first Markdown table in ``markdown`` (header row first)."""
+  lines = [l for l in markdown.splitlines() if l.startswith("|")]
+  return [[c.strip() for c in l.strip("|").split("|")] for l in lines if "---" not in l]
+
+
+def _metrics(rounds, accs, comm=10.0, wall=1.0):
+  return tuple({"round": r, "mean_test_acc": a, "train_loss": 1.0, "uplink_params": comm * r,
+                "downlink_params": comm * r, "wall_s": wall * r} for r, a in zip(rounds, accs))
+
+
+def _run_data(method, seed, rows, per_client=None):
+  return plots.RunData(method, method, "", seed, method, "", rows, per_client)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+@pytest.mark.parametrize("name,expected", [("N=10,C=100%", "n10_c100pct"),
+                                           ("CIFAR-100 N=50,C=20%", "cifar-100_n50_c20pct"),
+                                           ("lr=0.05", "lr0.05"), ("???", "default")])
+def test_slug(name, expected):
+  assert sweep.slug(name) == expected
+
+
+def test_algorithm_entries_and_overrides():
+  assert sweep.resolve_algorithm("fedmrl", "smoke") == (
+      "fedmrl", os.path.join(ROOT, "experiments", "fedmrl.py"), "smoke")
+  assert sweep.resolve_algorithm("cfg/x.py:other", "smoke") == ("x", "cfg/x.py", "other")
+  nested = ml_collections.ConfigDict({"a": {"b": 1}, "c": 2})
+  assert sweep.flatten(nested) == {"a.b": 1, "c": 2}
+  dotted = ml_collections.ConfigDict({"B": {"partition.kind": "iid"}, "A": {}},
+                                     allow_dotted_keys=True, sort_keys=False)
+  assert sweep.named_overrides(dotted) == [("B", {"partition.kind": "iid"}), ("A", {})]
+  assert sweep.named_overrides([("x", {"y": {"z": 1}})]) == [("x", {"y.z": 1})]
+
+
+def test_mean_std_and_durations():
+  np.testing.assert_allclose(sweep.mean_std([0.5, 0.7]), [0.6, np.sqrt(0.02)])
+  assert sweep.mean_std([0.4]) == (0.4, 0.0)
+  assert [sweep.format_duration(s) for s in (None, 12.4, 250, 3720)] == [
+      "?", "12s", "4m10s", "1h02m"]
+  assert sweep.sweep_eta([], 3) is None
+  assert sweep.sweep_eta([10.0, 20.0], 2, elapsed=5.0) == 15 * 2 + 10
+  assert sweep.sweep_eta([], 1, elapsed=4.0, fraction=0.5) == 8 + 4
+
+
+def test_markdown_table_layout_mean_std_and_bold():
+  rows = [_row("a", "S1", 0, 0.50), _row("a", "S1", 1, 0.70), _row("a", "S2", 0, 0.20),
+          _row("b", "S1", 0, 0.40), _row("b", "S1", 1, 0.40), _row("b", "S2", 0, 0.30),
+          _row("b", "S2", 1, 0.50), _row("a", "S2", 1, None, status="failed: X")]
+  cells = _table_cells(sweep.markdown_table(rows, methods=["b", "a", "c"], num_seeds=2))
+  assert cells[0] == ["Method", "S1", "S2"]  # columns settings, in first-seen order
+  assert [r[0] for r in cells[1:]] == ["b", "a", "c"]  # rows methods, in the given order
+  assert cells[1][1:] == ["40.00 ± 0.00", "**40.00 ± 14.14**"]
+  assert cells[2][1:] == ["**60.00 ± 14.14**", "20.00 (n=1)"]  # the failed seed is out
+  assert cells[3][1:] == ["–", "–"]
+  text = sweep.results_markdown(rows, seeds=[0, 1])
+  assert "Final mean test accuracy" in text and "Failed runs: `a/s2/seed1`" in text
+
+
+def test_csv_round_trip():
+  rows = [_row("a", "N=10,C=100%", 0, 0.5), _row("b", "S", 1, None, status="failed: E")]
+  text = sweep.csv_text(rows)
+  assert text.splitlines()[0] == ",".join(sweep.CSV_COLUMNS)
+  back = sweep.parse_csv(text)
+  assert back[0] == rows[0]
+  assert back[1]["final_mean_test_acc"] is None and back[1]["seed"] == 1
+
+
+def test_curves_and_cost_to_target():
+  a = [_run_data("a", s, _metrics([1, 2, 3], accs)) for s, accs in
+       ((0, [0.1, 0.3, 0.5]), (1, [0.3, 0.5, 0.7]))]
+  b = [_run_data("b", 0, _metrics([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], comm=1.0, wall=2.0))]
+  curves = {"a": plots.mean_curve(a), "b": plots.mean_curve(b)}
+  np.testing.assert_allclose(curves["a"].acc, [0.2, 0.4, 0.6])
+  np.testing.assert_allclose(curves["a"].acc_std, [np.sqrt(0.02)] * 3)
+  np.testing.assert_allclose(curves["a"].comm, [20, 40, 60])
+  assert plots.first_reach([0.1, 0.4, 0.3], 0.35) == 1
+  assert plots.first_reach([0.1], 0.35) is None
+  assert plots.default_target(curves) == pytest.approx(0.4)
+  costs = plots.target_costs(curves, 0.35)
+  assert costs["a"] == {"round": 2, "comm": 40.0, "wall": 2.0}
+  assert costs["b"] == {"round": 4, "comm": 8.0, "wall": 8.0}
+  assert plots.target_costs(curves, 0.65) == {"a": None, "b": None}
+
+
+def test_client_diff_pairs_seeds_and_gate_histograms():
+  a = [_run_data("a", 0, (), (0.5, 0.6)), _run_data("a", 1, (), (0.7, 0.2))]
+  b = [_run_data("b", 1, (), (0.5, 0.4)), _run_data("b", 2, (), (0.0, 0.0))]
+  np.testing.assert_allclose(plots.client_diff(a, b), [0.2, -0.2])  # seed 1 only
+  hist = plots.gate_histograms([np.array([0.0, 0.1, 0.95, 1.0]), np.array([0.5])], bins=2)
+  np.testing.assert_allclose(hist, [[0.5, 0.0], [0.5, 1.0]])
+
+
+def test_sweep_files_plan_without_running(tmp_path):
+  runs = sweep.plan(sweep.load_config_file(os.path.join(ROOT, "experiments/sweeps/smoke.py")),
+                    str(tmp_path))
+  assert len(runs) == 3 * 2 * 2
+  assert runs[0].workdir == str(tmp_path / "standalone" / "n5_c100pct" / "seed0")
+  assert {r.config.num_rounds for r in runs} == {3}  # the smoke variant
+  assert {r.config.participation for r in runs} == {1.0, 0.6}
+  table = sweep.plan(sweep.load_config_file(
+      os.path.join(ROOT, "experiments/sweeps/paper_table.py")), str(tmp_path))
+  assert len(table) == 10 * 6 * 3
+  assert {(r.config.data.name, r.config.num_clients) for r in table} == {
+      (d, n) for d in ("cifar10", "cifar100") for n in (10, 50, 100)}
+
+
+def test_sweep_dry_run_cli(tmp_path):
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments/sweep.py"),
+                        "--sweep=experiments/sweeps/smoke.py", f"--sweep_dir={tmp_path}",
+                        "--dry_run", "--sweep.seeds=3,"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "[6/6] fedmoe | N=5,C=60% | seed 3 | to run" in out.stdout
+  assert not os.listdir(tmp_path)
+
+
+# ----------------------------------------------------------------------------- real runs
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(synthetic_npz, tmp_path_factory):
+  """Standalone and FedAvg x 1 setting x 2 seeds, tiny models, 2 rounds (4 real runs)."""
+  cfg = ml_collections.ConfigDict()
+  cfg.algorithms = ["standalone", "fedavg"]
+  cfg.settings = ml_collections.ConfigDict({SETTING: {"participation": 1.0}},
+                                           allow_dotted_keys=True, sort_keys=False)
+  cfg.seeds = (0, 1)
+  cfg.base_overrides = ml_collections.ConfigDict(
+      {"models": "tiny", "data.path": synthetic_npz, "data.subsample": 200,
+       "num_clients": 4, "num_rounds": 2, "batch_size": 16, "eval_every": 1,
+       "checkpoint_every": 0, "partition.kind": "iid", "runtime.num_devices": 1},
+      allow_dotted_keys=True)  # one device: a third of the compile time of four
+  sweep_dir = str(tmp_path_factory.mktemp("sweep"))
+  logs = []
+  rows = sweep.run_sweep(cfg, sweep_dir, log=logs.append,
+                         command="python experiments/sweep.py --sweep=tiny.py")
+  return cfg, sweep_dir, rows, logs
+
+
+def test_sweep_writes_csv_table_and_progress(tiny_sweep):
+  _, sweep_dir, rows, logs = tiny_sweep
+  with open(os.path.join(sweep_dir, "results.csv")) as f:
+    csv_rows = sweep.parse_csv(f.read())
+  assert [(r["algorithm"], r["seed"]) for r in csv_rows] == [
+      ("standalone", 0), ("fedavg", 0), ("standalone", 1), ("fedavg", 1)]
+  for r in csv_rows:
+    assert r["status"] == "done" and r["rounds_completed"] == 2 and r["wall_s"] > 0
+    assert r["workdir"] == f"{r['algorithm']}/n4_c100pct/seed{r['seed']}"
+    summary = plots.read_json(os.path.join(sweep_dir, r["workdir"], "summary.json"))
+    assert r["final_mean_test_acc"] == summary["final_mean_test_acc"]
+  assert csv_rows[0]["uplink_params"] == 0 and csv_rows[1]["uplink_params"] > 0
+  with open(os.path.join(sweep_dir, "results.md")) as f:
+    cells = _table_cells(f.read())
+  assert cells[0] == ["Method", SETTING]
+  assert [c[0] for c in cells[1:3]] == ["standalone", "fedavg"]
+  for k, method in enumerate(("standalone", "fedavg")):
+    assert CELL.match(cells[1 + k][1])
+    m, s = sweep.mean_std([r["final_mean_test_acc"] for r in csv_rows
+                           if r["algorithm"] == method])
+    assert cells[1 + k][1].strip("*") == f"{100 * m:.2f} ± {100 * s:.2f}"
+  assert logs[1].startswith(f"[1/4] standalone | {SETTING} | seed 0 | start")
+  assert any(re.match(r"\[4/4\] fedavg .* \| round 2/2 \|.* \| sweep ETA \d+s$", line)
+             for line in logs)
+
+
+def test_second_sweep_skips_finished_and_resumes_unfinished(tiny_sweep, monkeypatch):
+  cfg, sweep_dir, rows, _ = tiny_sweep
+  summary = os.path.join(sweep_dir, "fedavg", "n4_c100pct", "seed1", "summary.json")
+  mtime = os.stat(summary).st_mtime_ns
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("a finished run was recomputed")
+
+  monkeypatch.setattr(sweep.loop, "run", refuse)
+  logs = []
+  assert sweep.run_sweep(cfg, sweep_dir, log=logs.append) == rows
+  assert sum("skipped" in line for line in logs) == 4
+  assert os.stat(summary).st_mtime_ns == mtime
+  # A run without its summary (killed before the end) goes through loop.run, which
+  # resumes it from its last checkpoint.
+  monkeypatch.undo()
+  calls = []
+  monkeypatch.setattr(sweep.loop, "run",
+                      lambda *a, run=loop.run, **k: calls.append(a[1]) or run(*a, **k))
+  os.remove(summary)
+  logs = []
+  again = sweep.run_sweep(cfg, sweep_dir, log=logs.append)
+  assert calls == [os.path.dirname(summary)]
+  assert any("resumed from round 2" in line for line in logs)
+  assert [r["final_mean_test_acc"] for r in again] == [r["final_mean_test_acc"] for r in rows]
+
+
+def _png_size(path):
+  assert os.path.getsize(path) > 0
+  img = mpimg.imread(path)
+  assert img.std() > 0  # not a blank canvas
+  return img.shape[1], img.shape[0]
+
+
+def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
+  _, sweep_dir, rows, _ = tiny_sweep
+  out = str(tmp_path / "plots")
+  manifest = plots.make_plots(sweep_dir, out, compare=("fedavg", "standalone"),
+                              log=lambda s: None, command="python experiments/plots.py x")
+  kinds = {f["kind"]: f for f in manifest["figures"]}
+  assert sorted(kinds) == ["accuracy", "client_diff", "target"]
+  assert all(f["setting"] == SETTING for f in manifest["figures"])
+  sizes = {k: _png_size(os.path.join(out, f["path"])) for k, f in kinds.items()}
+  assert sizes == {"accuracy": (640, 480), "client_diff": (640, 480),
+                   "target": (1280, 480)}
+  # TensorBoard: one log per run, holding the metrics.jsonl scalars.
+  assert len(manifest["tensorboard"]) == 4
+  run = "fedavg/n4_c100pct/seed0"
+  scalars = plots.read_scalars(os.path.join(out, "tb", run))
+  metrics = metrics_lib.read_jsonl(os.path.join(sweep_dir, run, "metrics.jsonl"))
+  assert set(plots.SCALARS) < set(scalars)
+  assert [s for s, _ in scalars["mean_test_acc"]] == [1, 2]
+  np.testing.assert_allclose([v for _, v in scalars["mean_test_acc"]],
+                             [m["mean_test_acc"] for m in metrics], rtol=1e-6)
+  # The results page: tables, figure links that resolve, the commands.
+  page_path = str(tmp_path / "docs" / "results.md")
+  page = results_page.write_page(sweep_dir, out, page_path, command="python page")
+  for cmd in ("python experiments/sweep.py --sweep=tiny.py",
+              "python experiments/plots.py x", "python page"):
+    assert cmd in page
+  assert "| Method | N=4,C=100% |" in page
+  links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", page)
+  assert len(links) == 3
+  assert all(os.path.exists(os.path.join(tmp_path / "docs", link)) for link in links)
+
+
+def _random_state(abstract, seed=0):
+  """A state of the abstract's shapes: floats uniform in [0.5, 1.5] (so batch-norm
+  variances are positive), integers zero; built without compiling ``init``."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda a: jax.device_put(
+          rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+          if np.issubdtype(a.dtype, np.floating) else np.zeros(a.shape, a.dtype),
+          a.sharding), abstract)
+
+
+def test_fedmoe_gate_figure_from_checkpoint(tiny_config, tmp_path):
+  # A FedMoE checkpoint written the way loop.run writes it, of a random state: compiling
+  # FedMoE's init and round on CPU would add 15-40 s for nothing the gate figure needs.
+  config = tiny_config("fedmoe", "tiny", {
+      "algo.global_arch": "tiny", "algo.gating_hidden": 8, "num_clients": 4,
+      "data.subsample": 200, "partition.kind": "iid", "runtime.num_devices": 1})
+  exp = loop.prepare(config)
+  state = _random_state(loop.compile_fns(exp)[-1])
+  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"), max_to_keep=1,
+                               fingerprint=loop.fingerprint(exp))
+  ckpt.save(0, state, {})
+  ckpt.close()
+  metrics_lib.write_json(str(tmp_path / "config.json"), exp.config.to_dict())
+  weights = plots.gate_weights_by_client(str(tmp_path))
+  assert [len(w) for w in weights] == [int(c.sum()) for c in exp.class_counts[:, 1]]
+  assert all(((w >= 0) & (w <= 1)).all() for w in weights)
+  assert np.concatenate(weights).std() > 0
+  path = plots.plot_gates(weights, "fedmoe", str(tmp_path / "gates.png"))
+  assert _png_size(path) == (640, 480)
+  other = config_lib.override(exp.config, {"learning_rate": 0.5})
+  metrics_lib.write_json(str(tmp_path / "config.json"), other.to_dict())
+  with pytest.raises(ckpt_lib.ConfigMismatchError):  # the checkpoint of another config
+    plots.gate_weights_by_client(str(tmp_path))
