@@ -44,7 +44,8 @@ from torch.nn import functional as F
 
 ALGORITHMS = ("fedavg", "fedmrl", "fedmoe")
 # (conv channels, hidden FC widths before the representation layer), as registry.py.
-ARCHS = {"cnn1": ((16, 32), (2000,)), "cnn5": ((16, 32), (500,))}
+ARCHS = {"cnn1": ((16, 32), (2000,)), "cnn5": ((16, 32), (500,)),
+         "tiny": ((4, 8), (32,))}  # tiny: tests only
 REP_DIM = 500  # d2, the representation width of the clients' CNNs
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
@@ -193,11 +194,11 @@ def param_groups(client: nn.Module, lr: float, gate_lr: float) -> list:
   return [{"params": list(client.parameters()), "lr": lr}]
 
 
-def make_client(algorithm: str) -> nn.Module:
-  """A fresh client of ``algorithm`` (CNN-1 clients)."""
+def make_client(algorithm: str, arch: str = "cnn1") -> nn.Module:
+  """A fresh client of ``algorithm`` whose own model is ``arch``."""
   if algorithm not in ALGORITHMS:
     raise ValueError(f"algorithm={algorithm!r}; valid: {ALGORITHMS}")
-  return {"fedavg": ClassifierClient, "fedmrl": MRLClient, "fedmoe": MoEClient}[algorithm]()
+  return {"fedavg": ClassifierClient, "fedmrl": MRLClient, "fedmoe": MoEClient}[algorithm](arch)
 
 
 def synthetic_clients(clients: int, examples: int, device, seed: int = 0):
@@ -236,7 +237,7 @@ class Federation:
 
   def __init__(self, algorithm: str, *, clients: int, examples: int, participation: float,
                batch: int = 50, epochs: int = 1, lr: float = 0.01, gate_lr: float = 0.01,
-               device=None, dtype: str = "float32", seed: int = 0):
+               device=None, dtype: str = "float32", arch: str = "cnn1", seed: int = 0):
     self.device = torch.device(device or default_device())
     torch.manual_seed(seed)
     self.algorithm, self.epochs, self.batch = algorithm, epochs, batch
@@ -245,10 +246,10 @@ class Federation:
     self.rng = np.random.default_rng(seed)
     self.data = synthetic_clients(clients, examples, self.device, seed)
     if algorithm == "fedavg":  # one working model: every client starts from the global
-      self.work = make_client(algorithm).to(self.device)
+      self.work = make_client(algorithm, arch).to(self.device)
       self.clients = None
     else:  # private parts persist between rounds
-      self.clients = [make_client(algorithm).to(self.device) for _ in range(clients)]
+      self.clients = [make_client(algorithm, arch).to(self.device) for _ in range(clients)]
     template = self.work if self.clients is None else self.clients[0]
     self.global_state = copy.deepcopy(shared_module(template).state_dict())
     self.dtype = dtype
@@ -291,7 +292,8 @@ def default_device() -> str:
 
 def time_round(algorithm: str, *, clients: int, examples: int, participation: float = 1.0,
                batch: int = 50, epochs: int = 1, device=None, dtype: str = "float32",
-               repeats: int = 5, warmup: int = 1, seed: int = 0) -> float:
+               arch: str = "cnn1", threads: int = 0, repeats: int = 5, warmup: int = 1,
+               seed: int = 0) -> float:
   """Median wall seconds of one round after ``warmup`` rounds.
 
   Args:
@@ -300,6 +302,9 @@ def time_round(algorithm: str, *, clients: int, examples: int, participation: fl
     batch, epochs: B, E.
     device: 'cpu', 'cuda' or None (cuda when available).
     dtype: 'float32' or 'bfloat16' (autocast).
+    arch: the clients' own CNN ('cnn1'; 'tiny' in tests).
+    threads: CPU intra-op threads for the measurement (0: torch's default). On a shared
+      2-core machine the default 2 OpenMP threads ran 10x slower than 1.
     repeats: timed rounds.
     warmup: untimed rounds first (cuDNN autotuning, allocator warm-up).
     seed: data, init and sampling seed.
@@ -307,18 +312,24 @@ def time_round(algorithm: str, *, clients: int, examples: int, participation: fl
   Returns:
     Median seconds per round.
   """
-  fed = Federation(algorithm, clients=clients, examples=examples,
-                   participation=participation, batch=batch, epochs=epochs,
-                   device=device, dtype=dtype, seed=seed)
-  for _ in range(warmup):
-    fed.round()
-  fed.sync()
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fed.round()
+  default_threads = torch.get_num_threads()
+  if threads:
+    torch.set_num_threads(threads)
+  try:
+    fed = Federation(algorithm, clients=clients, examples=examples,
+                     participation=participation, batch=batch, epochs=epochs,
+                     device=device, dtype=dtype, arch=arch, seed=seed)
+    for _ in range(warmup):
+      fed.round()
     fed.sync()
-    times.append(time.perf_counter() - t)
+    times = []
+    for _ in range(repeats):
+      t = time.perf_counter()
+      fed.round()
+      fed.sync()
+      times.append(time.perf_counter() - t)
+  finally:
+    torch.set_num_threads(default_threads)
   return statistics.median(times)
 
 
@@ -336,11 +347,13 @@ def main():
   p.add_argument("--epochs", type=int, default=1)
   p.add_argument("--device", default=default_device(), choices=["cpu", "cuda"])
   p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
   p.add_argument("--repeats", type=int, default=5)
   args = p.parse_args()
   sec = time_round(args.algorithm, clients=args.clients, examples=args.examples,
                    participation=args.participation, batch=args.batch, epochs=args.epochs,
-                   device=args.device, dtype=args.dtype, repeats=args.repeats)
+                   device=args.device, dtype=args.dtype, threads=args.threads,
+                   repeats=args.repeats)
   num = max(1, min(args.clients, int(round(args.participation * args.clients))))
   print(f"torch {torch.__version__} device={args.device} algorithm={args.algorithm} "
         f"clients/round={num} examples/client={args.examples} batch={args.batch} "

@@ -45,7 +45,7 @@ def figure_section(figures: Sequence[dict], plots_dir: str, page_dir: str,
 
 def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None, *,
                 sweep_dir: str, plots_dir: str, page_path: str,
-                page_command: str | None) -> str:
+                page_command: str | None, about: str = "") -> str:
   """The page's Markdown text.
 
   Args:
@@ -56,6 +56,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
     plots_dir: where ``plots.json``'s figure paths are relative to.
     page_path: where the page will be written (figure links are relative to it).
     page_command: the command that generated the page.
+    about: the sweep file's docstring (what the sweep is, and is not), or "".
   """
   runs = sweep_info["runs"]
   methods = list(dict.fromkeys(r["algorithm"] for r in runs))
@@ -73,6 +74,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
            f"{len(rows)} of {len(runs)} runs of the sweep; {len(methods)} methods x "
            f"{len(settings)} settings x {len(seeds)} seeds; rounds per run: "
            f"{', '.join(map(str, rounds)) or '–'}.", "",
+           *(["## About this sweep", "", "```", about.strip(), "```", ""] if about else []),
            "Produced by:", "", "```sh", *commands, "```", "",
            "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", "",
            sweep_lib.results_markdown(rows, methods=methods, settings=settings,
@@ -85,6 +87,18 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
   return "\n".join(lines)
 
 
+def sweep_docstring(command: str) -> str:
+  """The module docstring of the sweep file named by ``--sweep=`` in ``command``."""
+  import ast
+  for arg in command.split():
+    if arg.startswith("--sweep="):
+      path = arg.split("=", 1)[1].split(":")[0]
+      if os.path.exists(path):
+        with open(path) as f:
+          return ast.get_docstring(ast.parse(f.read())) or ""
+  return ""
+
+
 def write_page(sweep_dir: str, plots_dir: str | None, out: str,
                command: str | None = None) -> str:
   """Reads the sweep's and the plots' records and writes the page to ``out``."""
@@ -95,7 +109,8 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   plots_info = (plots_lib.read_json(plots_json)
                 if plots_json and os.path.exists(plots_json) else None)
   text = render_page(sweep_info, rows, plots_info, sweep_dir=sweep_dir,
-                     plots_dir=plots_dir or "", page_path=out, page_command=command)
+                     plots_dir=plots_dir or "", page_path=out, page_command=command,
+                     about=sweep_docstring(sweep_info.get("command", "")))
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   sweep_lib.write_text(out, text)
   return text

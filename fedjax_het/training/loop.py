@@ -258,6 +258,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   """
   exp = prepare(config, build)  # all validation and data errors happen here
   config = exp.config
+  workdir = os.path.abspath(workdir)  # orbax needs absolute paths
   if fresh_start:
     for name in ("checkpoints", "metrics.jsonl", "summary.json"):
       path = os.path.join(workdir, name)

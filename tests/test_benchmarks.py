@@ -1,0 +1,97 @@
+"""benchmarks/compare.py and torch_reference.py at a tiny size: shapes of the table only.
+
+No timing is asserted: these check that every implementation runs the same round, the
+table has its rows and columns with positive finite numbers, and that the PyTorch
+reference builds the same networks (parameter counts) as ours.
+"""
+import importlib.util
+import math
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import compare  # noqa: E402
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+TINY = compare.SIZES["tiny"].settings
+
+
+def test_table_has_every_implementation():
+  impls = [i for i in compare.IMPLS if HAS_TORCH or i != "torch"]
+  rows = compare.compare(TINY, ["fedavg"], impls, arch="tiny", repeats=1, num_devices=1,
+                         torch_threads=1)
+  auto = f"ours-auto[{'sequential' if jax.default_backend() == 'cpu' else 'vmap'}]"
+  assert [r.implementation for r in rows] == [auto] + impls[1:]
+  for r in rows:
+    assert r.setting == "N=2 C=100% n=20 B=10" and r.algorithm == "fedavg"
+    for v in (r.seconds, r.examples_per_s, r.tflops):
+      assert math.isfinite(v) and v > 0
+    assert math.isfinite(r.vs_torch) == HAS_TORCH
+  table = compare.format_table(rows).splitlines()
+  assert [c.strip() for c in table[0].strip("|").split("|")] == list(compare.COLUMNS)
+  assert len(table) == 2 + len(rows)
+  assert compare.auto_vs_loop(rows)[0].startswith("N=2 C=100% n=20 B=10 fedavg: ours-auto")
+
+
+@pytest.mark.parametrize("algorithm", ["fedmrl", "fedmoe"])
+def test_per_client_trainer_keeps_state_shapes(algorithm):
+  """The jit-per-client step (traced, not compiled) returns the client state's tree and
+  an upload shaped like the server's shared part."""
+  exp = compare.build(TINY[0], algorithm, arch="tiny", num_devices=1)
+  state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+  client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
+                        state.clients[0])
+  train = compare.client_trainer(compare.client_problem(exp), 0, exp.runtime)
+  index = exp.data.groups[0]
+  new, upload = jax.eval_shape(train, client, state.server, exp.data.x, exp.data.y,
+                               index.train_idx[0], index.train_mask[0],
+                               jax.random.PRNGKey(1))
+  assert jax.tree.structure(new) == jax.tree.structure(client)
+  assert jax.tree.map(lambda a: a.shape, new) == jax.tree.map(lambda a: a.shape, client)
+  assert jax.tree.map(lambda a: a.shape, upload) == jax.tree.map(lambda a: a.shape,
+                                                                   state.server)
+
+
+def test_flop_count_matches_xla():
+  """The analytic count is within 5% of XLA's for one CNN-1 FedMRL training step."""
+  exp = compare.build(TINY[0], "fedmrl", num_devices=1)
+  problem = compare.client_problem(exp)
+  state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+  client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
+                        state.clients[0])
+  batch = compare.cl.Batch(jnp.zeros((8, 32, 32, 3)), jnp.zeros(8, jnp.int32),
+                           jnp.ones(8, bool))
+
+  def grads(client, server):
+    params, model_state, _ = problem.start(client, server)
+    return jax.grad(lambda p: problem.loss_fns[0](p, model_state, batch, None)[0])(params)
+
+  cost = jax.jit(grads).lower(client, state.server).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  analytic = 8 * compare.train_flops_per_example("fedmrl")
+  assert abs(cost["flops"] / analytic - 1) < 0.05
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install .[bench])")
+def test_torch_reference_matches_our_networks():
+  import torch_reference as tr
+  from fedjax_het.models import count_params
+
+  for algorithm in tr.ALGORITHMS:
+    exp = compare.build(TINY[0], algorithm, num_devices=1)
+    state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+    ours = state.server if algorithm == "fedavg" else state.clients[0].params
+    ours_client = count_params(ours) // (1 if algorithm == "fedavg" else
+                                         exp.runtime.layout.padded_sizes[0])
+    client = tr.make_client(algorithm)
+    assert tr.count_params(client) == ours_client
+    assert tr.count_params(tr.shared_module(client)) == count_params(state.server)
+  sec = tr.time_round("fedmrl", clients=2, examples=20, batch=10, device="cpu",
+                      arch="tiny", threads=1, repeats=1, warmup=0)
+  assert math.isfinite(sec) and sec > 0
