@@ -213,3 +213,23 @@ def test_normalize_values():
   chex.assert_shape(batch, (2, 32, 32, 3))
   np.testing.assert_allclose(batch[1, 5, 7], np.negative(models.CIFAR_MEAN) /
                              np.array(models.CIFAR_STD), rtol=1e-6)
+
+
+def test_im2col_conv_equals_lax_conv_with_the_same_parameters():
+  import flax.linen as nn
+  from fedjax_het.models import cnn
+
+  class One(nn.Module):
+    im2col: bool
+
+    @nn.compact
+    def __call__(self, x):
+      return cnn.conv(x, 6, name="conv1", dtype=jnp.float32, im2col=self.im2col)
+
+  x = jax.random.normal(jax.random.PRNGKey(1), (3, 12, 12, 4))
+  p_lax = One(False).init(jax.random.PRNGKey(0), x)
+  p_col = One(True).init(jax.random.PRNGKey(0), x)
+  chex.assert_trees_all_equal(p_lax, p_col)  # same names, shapes and initial values
+  out = One(True).apply(p_lax, x)
+  chex.assert_shape(out, (3, 8, 8, 6))
+  np.testing.assert_allclose(out, One(False).apply(p_lax, x), atol=1e-5, rtol=1e-5)

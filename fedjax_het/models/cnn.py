@@ -85,18 +85,50 @@ def dense(x: jax.Array, features: int, *, name: str, dtype: Any) -> jax.Array:
                   bias_init=torch_bias_init(x.shape[-1]), name=name)(x)
 
 
-def conv(x: jax.Array, features: int, *, name: str, dtype: Any) -> jax.Array:
-  """A torch-initialised 5x5 VALID ``nn.Conv`` applied to NHWC ``x``.
+class Im2ColConv(nn.Module):
+  """A 5x5 VALID convolution as im2col: 25 shifted slices, concatenated, one matmul.
+
+  Same parameters (``kernel`` HWIO, ``bias``), initialisation and output as ``nn.Conv``.
+  XLA:CPU runs ``nn.Conv``'s gradient convolutions inside ``lax.scan`` (every local
+  training loop) on a slow path, about 9x slower than this form (docs/performance.md);
+  accelerators use ``nn.Conv``.
+  """
+  features: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kh, kw = KERNEL_SIZE
+    c = x.shape[-1]
+    kernel = self.param("kernel", torch_kernel_init, (kh, kw, c, self.features),
+                        jnp.float32)
+    bias = self.param("bias", torch_bias_init(kh * kw * c), (self.features,), jnp.float32)
+    h, w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+    x = x.astype(self.dtype)
+    cols = jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(kh) for j in range(kw)],
+                           axis=-1)
+    kernel = kernel.reshape(kh * kw * c, self.features).astype(self.dtype)
+    return cols @ kernel + bias.astype(self.dtype)
+
+
+def conv(x: jax.Array, features: int, *, name: str, dtype: Any,
+         im2col: bool | None = None) -> jax.Array:
+  """A torch-initialised 5x5 VALID convolution applied to NHWC ``x``.
 
   Args:
     x: [B, H, W, C_in].
     features: C_out.
     name: submodule name.
     dtype: computation dtype.
+    im2col: use ``Im2ColConv`` (same parameters); None: on CPU only.
 
   Returns:
     [B, H-4, W-4, C_out] in ``dtype``.
   """
+  if im2col is None:
+    im2col = jax.default_backend() == "cpu"
+  if im2col:
+    return Im2ColConv(features, dtype, name=name)(x)
   fan_in = KERNEL_SIZE[0] * KERNEL_SIZE[1] * x.shape[-1]
   return nn.Conv(features, KERNEL_SIZE, padding="VALID", dtype=dtype,
                  param_dtype=jnp.float32, kernel_init=torch_kernel_init,
