@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.standalone import dummy_input, init_models
+from fedjax_het.algorithms.standalone import init_models, init_private_clients
 
 INFERENCE = ("prototype", "header")
 
@@ -136,12 +136,7 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   def init(rng):
-    def init_group(g):
-      def one(key):
-        params = nets[g].init(key, dummy_input())["params"]
-        return base.ClientState(params, None, opt.init(params))
-      return base.init_clients(rt, g, one, rng)
-    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    clients = init_private_clients(rt, nets, opt, rng)
     return base.State(jnp.zeros((), jnp.int32), rng, clients, empty_table(num_classes, width))
 
   def round_fn(state, data):

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.standalone import classifier_loss, dummy_input, init_models
+from fedjax_het.algorithms.standalone import (classifier_loss, dummy_input, init_models,
+                                              init_private_clients)
 
 
 def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
@@ -50,13 +51,8 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
   opt = base.sgd(learning_rate, momentum)
 
   def init(rng):
-    def init_group(g):
-      def one(key):
-        params = nets[g].init(key, dummy_input())["params"]
-        return base.ClientState(params, None, opt.init(params))
-      return base.init_clients(rt, g, one, rng)
     header = nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
-    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    clients = init_private_clients(rt, nets, opt, rng)
     return base.State(jnp.zeros((), jnp.int32), rng, clients, header)
 
   def round_fn(state, data):

@@ -36,6 +36,16 @@ def dummy_input():
   return jnp.zeros((1, 32, 32, 3), jnp.float32)
 
 
+def init_private_clients(rt: base.Runtime, nets, opt, rng: jax.Array) -> tuple:
+  """Every group's stacked ``ClientState``: its own CNN's params and optimizer state."""
+  def init_group(g):
+    def one(key):
+      params = nets[g].init(key, dummy_input())["params"]
+      return base.ClientState(params, None, opt.init(params))
+    return base.init_clients(rt, g, one, rng)
+  return tuple(init_group(g) for g in range(rt.layout.num_groups))
+
+
 def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
                ) -> base.Algorithm:
   """Builds Standalone.
@@ -52,12 +62,7 @@ def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
   opt = base.sgd(learning_rate, momentum)
 
   def init(rng):
-    def init_group(g):
-      def one(key):
-        params = nets[g].init(key, dummy_input())["params"]
-        return base.ClientState(params, None, opt.init(params))
-      return base.init_clients(rt, g, one, rng)
-    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
+    clients = init_private_clients(rt, nets, opt, rng)
     return base.State(jnp.zeros((), jnp.int32), rng, clients, ())
 
   def round_fn(state, data):
