@@ -4,6 +4,9 @@ Clients are stacked on a leading axis; that axis is sharded over a 1-D mesh name
 ``'clients'`` (``jax.make_mesh`` + ``NamedSharding``, no ``pmap``). Everything that is not
 per-client (pooled images, server parameters) is replicated. The mesh uses ``Auto`` axis
 types so XLA propagates shardings through gathers and scatters of sampled clients.
+
+In a multi-process run (``fedjax_het.distributed``) the mesh spans every process's
+devices; ``put`` builds each process's shards from its own host copy.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ CLIENT_AXIS = "clients"
 
 
 def client_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
-  """A 1-D mesh over the first ``num_devices`` devices (0: all of them)."""
+  """A 1-D mesh over ``num_devices`` devices (0: all of them, of every process)."""
   available = jax.device_count()
   n = available if num_devices in (0, None) else num_devices
   if not 1 <= n <= available:
@@ -24,7 +27,25 @@ def client_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
         f" (devices: {jax.devices()})")
   return jax.make_mesh((n,), (CLIENT_AXIS,),
                        axis_types=(jax.sharding.AxisType.Auto,),
-                       devices=jax.devices()[:n])
+                       devices=mesh_devices(n))
+
+
+def mesh_devices(n: int) -> list:
+  """The first ``n`` devices, or in a multi-process run ``n / P`` of each process's.
+
+  Every process of a multi-process run must own part of the mesh (each runs the same
+  program on its own shards), so ``n`` must then be a multiple of the process count.
+  """
+  procs = jax.process_count()
+  if procs == 1:
+    return jax.devices()[:n]
+  if n % procs:
+    raise ValueError(f"runtime.num_devices={n}: a run of {procs} processes needs 0 (all) "
+                     f"or a multiple of {procs} (the same number of devices from each)")
+  by_process = {}
+  for d in jax.devices():
+    by_process.setdefault(d.process_index, []).append(d)
+  return [d for p in sorted(by_process) for d in by_process[p][:n // procs]]
 
 
 def client_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
@@ -50,13 +71,28 @@ def constrain_clients(tree, mesh: jax.sharding.Mesh | None):
   return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, spec), tree)
 
 
+def put(a, spec: NamedSharding) -> jax.Array:
+  """One leaf onto ``spec``; across processes every process must pass the same value.
+
+  A sharding within this process (one-process runs) is a plain ``jax.device_put``. One
+  spanning other processes' devices cannot be filled by ``device_put`` from here, so each
+  process builds its own shards from its (identical) host copy
+  (``jax.make_array_from_callback``).
+  """
+  if spec.is_fully_addressable or (isinstance(a, jax.Array) and not a.is_fully_addressable):
+    return jax.device_put(a, spec)
+  host = np.asarray(a)
+  return jax.make_array_from_callback(host.shape, spec, lambda index: host[index])
+
+
 def place_clients(tree, mesh: jax.sharding.Mesh):
   """Puts a pytree whose leaves all have a leading client axis onto the mesh."""
   spec = client_sharding(mesh)
-  return jax.tree.map(lambda a: jax.device_put(np.asarray(a) if not isinstance(a, jax.Array) else a, spec), tree)
+  return jax.tree.map(
+      lambda a: put(np.asarray(a) if not isinstance(a, jax.Array) else a, spec), tree)
 
 
 def place_replicated(tree, mesh: jax.sharding.Mesh):
   """Replicates a pytree on every device of the mesh."""
   spec = replicated(mesh)
-  return jax.tree.map(lambda a: jax.device_put(a, spec), tree)
+  return jax.tree.map(lambda a: put(a, spec), tree)

@@ -18,7 +18,7 @@ from fedjax_het.algorithms import fml
 from fedjax_het.algorithms import lg_fedavg
 from fedjax_het.algorithms import moss
 from fedjax_het.algorithms import standalone
-from fedjax_het.algorithms.base import Algorithm, ClientState, Runtime, Spec, State
+from fedjax_het.algorithms.base import Algorithm, ClientState, Protocol, Runtime, Spec, State
 
 SPECS: dict[str, Spec] = {
     "standalone": standalone.SPEC,
@@ -34,6 +34,6 @@ SPECS: dict[str, Spec] = {
     "fedapen": fedapen.SPEC,
 }
 
-__all__ = ["Algorithm", "ClientState", "Runtime", "SPECS", "Spec", "State", "fd",
+__all__ = ["Algorithm", "ClientState", "Protocol", "Runtime", "SPECS", "Spec", "State", "fd",
            "fedapen", "fedavg", "fedkd", "fedmoe", "fedmrl", "fedproto", "fml", "lg_fedavg",
            "moss", "standalone"]

@@ -1,12 +1,16 @@
 """What every algorithm is made of: its state, the static runtime, and the group round.
 
 An algorithm is a factory closing over its hyper-parameters and returning
-``Algorithm(init, round, evaluate)`` (see ``fedavg.py`` for the smallest one):
+``Algorithm(init, round, evaluate, protocol)`` (see ``fedavg.py`` for the smallest one):
 
 - ``init(rng) -> State``
 - ``round(state, data) -> (state, metrics)``: pure and jittable; one communication round.
 - ``evaluate(state, data) -> tuple[(correct [n_g], total [n_g]) per group]``: every client's
   personalized model on its own test split.
+- ``protocol``: the same round cut at the wire (``Protocol``): one client's local step and
+  the server's aggregation as separate pure functions. ``round`` is built from them
+  (``train_protocol_groups``), and ``fedjax_het.deploy`` runs them in separate processes,
+  so an algorithm exists once.
 
 ``State`` is one frozen pytree for all algorithms: what differs is what they put in
 ``clients`` (one entry per architecture group, every leaf stacked on a leading client
@@ -15,6 +19,7 @@ axis) and in ``server``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import flax
@@ -60,11 +65,49 @@ class State:
   server: PyTree
 
 
+class Protocol(NamedTuple):
+  """One client's and the server's halves of a round, and what crosses the wire.
+
+  Every function is pure and works on ONE client (no client axis): the simulator maps
+  ``client_update`` over the sampled clients of a group inside its compiled round, a
+  deployment (``fedjax_het.deploy``) calls it in the client's own process.
+
+  Attributes:
+    init_client: ``(group, key) -> client`` state of one client of ``group``.
+    init_server: ``(rng) -> server`` state (``rng``: the run's seed key).
+    downlink: ``(server, group) -> payload``: what the server sends a client of ``group``
+      before it trains or evaluates (FedMRL: theta; FD: the global logit table).
+    client_update: ``(group, client, payload, data, idx, mask, key) -> (client, upload,
+      aux)``: one client's local round. ``data`` has ``.x`` uint8 [P, 32, 32, 3] and
+      ``.y`` int32 [P] (the pooled data in the simulator, the client's own examples in a
+      deployment); ``idx``/``mask`` int32/bool [n_max] its train table; ``upload`` is
+      everything the client sends; ``aux`` a dict of scalars that stay on the client
+      (at least ``'loss'``).
+    aggregate: ``(server, uploads, weights, train_key, server_data) -> (server,
+      metrics)``: ``uploads`` a tuple over groups of uploads stacked [m_g, ...],
+      ``weights`` a tuple of float32 [m_g] train-example counts (0: no upload in that
+      row); ``train_key`` this round's training key (``round_keys``); ``metrics`` the
+      algorithm's own (e.g. Moss's fidelities).
+    predict: ``(group, client, payload) -> (images -> logits)``: the client's
+      personalized model.
+    server_data: ``(data, rng) -> what aggregate needs beyond the uploads`` (Moss: its
+      public images), or None when nothing.
+  """
+  init_client: Callable[[int, jax.Array], PyTree]
+  init_server: Callable[[jax.Array], PyTree]
+  downlink: Callable[[PyTree, int], PyTree]
+  client_update: Callable
+  aggregate: Callable
+  predict: Callable[[int, PyTree, PyTree], Callable]
+  server_data: Callable | None = None
+
+
 class Algorithm(NamedTuple):
   """The pure functions of an algorithm (see module docstring)."""
   init: Callable[[jax.Array], State]
   round: Callable[[State, FederatedData], tuple[State, dict]]
   evaluate: Callable[[State, FederatedData], tuple]
+  protocol: Protocol | None = None
 
 
 class Spec(NamedTuple):
@@ -124,8 +167,28 @@ class Runtime:
 
 def round_keys(state: State) -> tuple[jax.Array, jax.Array]:
   """(sampling key, training key) of the current round: pure in (seed, round)."""
-  key = jax.random.fold_in(state.rng, state.round)
+  return keys_of_round(state.rng, state.round)
+
+
+def keys_of_round(rng: jax.Array, round_: jax.Array | int) -> tuple[jax.Array, jax.Array]:
+  """(sampling key, training key) of the round after ``round_`` completed rounds."""
+  key = jax.random.fold_in(rng, round_)
   return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+
+
+def group_draw(rt: Runtime, group: int, sample_key: jax.Array, train_key: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
+  """Which clients of a group train this round and the PRNG key of each.
+
+  Returns:
+    (positions on the group's client axis int32 [slots] (padding slots out of range),
+    keys [slots, ...]): the simulator and a deployment draw the same clients and give
+    each the same key.
+  """
+  num, slots = rt.slots(group)
+  idx = cl.sample_clients(jax.random.fold_in(sample_key, group),
+                          rt.layout.group_sizes[group], num, slots)
+  return idx, jax.random.split(jax.random.fold_in(train_key, group), slots)
 
 
 class GroupRound(NamedTuple):
@@ -153,15 +216,57 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
     ``GroupRound``.
   """
   index: ClientIndex = data.groups[group]
-  num, slots = rt.slots(group)
-  idx = cl.sample_clients(jax.random.fold_in(sample_key, group),
-                          rt.layout.group_sizes[group], num, slots)
+  idx, keys = group_draw(rt, group, sample_key, train_key)
   sampled = cl.gather_clients(clients_g, idx)
   tidx, tmask = cl.gather_clients((index.train_idx, index.train_mask), idx)
-  keys = jax.random.split(jax.random.fold_in(train_key, group), slots)
   new, outputs = rt.map(client_fn, sampled, tidx, tmask, keys)
   weights = cl.gather_clients(index.num_train, idx).astype(jnp.float32)
   return GroupRound(cl.scatter_clients(clients_g, idx, new), outputs, weights)
+
+
+def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
+                          data: FederatedData) -> list[GroupRound]:
+  """Every group's local work of a round through ``proto.client_update``.
+
+  Each client downloads ``proto.downlink(state.server, g)`` and trains; the outputs of
+  each ``GroupRound`` are ``(upload, aux)`` per sampled slot.
+  """
+  sample_key, train_key = round_keys(state)
+  results = []
+  for g in range(rt.layout.num_groups):
+    payload = proto.downlink(state.server, g)
+
+    def client_fn(client, idx, mask, key, g=g, payload=payload):
+      new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
+      return new, (upload, aux)
+    results.append(train_group(rt, g, state.clients[g], data, sample_key, train_key,
+                               client_fn))
+  return results
+
+
+def aggregate_groups(proto: Protocol, state: State, results: list[GroupRound],
+                     server_data=None) -> tuple[PyTree, dict]:
+  """``proto.aggregate`` of a round's ``GroupRound``s (uploads and weights per group)."""
+  _, train_key = round_keys(state)
+  return proto.aggregate(state.server, tuple(r.outputs[0] for r in results),
+                         tuple(r.weights for r in results), train_key, server_data)
+
+
+def protocol_init(rt: Runtime, proto: Protocol) -> Callable[[jax.Array], State]:
+  """``Algorithm.init`` from a protocol: every (padded) client and the server."""
+  def init(rng):
+    clients = tuple(init_clients(rt, g, functools.partial(proto.init_client, g), rng)
+                    for g in range(rt.layout.num_groups))
+    return State(jnp.zeros((), jnp.int32), rng, clients, proto.init_server(rng))
+  return init
+
+
+def protocol_evaluate(rt: Runtime, proto: Protocol) -> Callable:
+  """``Algorithm.evaluate`` from a protocol: ``predict`` with each group's downlink."""
+  def evaluate(state, data):
+    return evaluate_groups(rt, state, data, lambda g, client, server: proto.predict(
+        g, client, proto.downlink(server, g)))
+  return evaluate
 
 
 def evaluate_groups(rt: Runtime, state: State, data: FederatedData,
@@ -213,8 +318,12 @@ def round_metrics(groups: list[GroupRound], loss_of: Callable[[PyTree], jax.Arra
 def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree],
                  key: jax.Array) -> PyTree:
   """Stacked initial state of a group's (padded) clients, one key per client."""
-  n = rt.layout.padded_sizes[group]
-  return jax.vmap(init_one)(jax.random.split(jax.random.fold_in(key, group), n))
+  return jax.vmap(init_one)(client_init_keys(key, group, rt.layout.padded_sizes[group]))
+
+
+def client_init_keys(key: jax.Array, group: int, padded_size: int) -> jax.Array:
+  """The init keys of a group's clients [padded_size, ...]; row j: position j."""
+  return jax.random.split(jax.random.fold_in(key, group), padded_size)
 
 
 def sgd(learning_rate: float, momentum: float = 0.0) -> optax.GradientTransformation:

@@ -33,9 +33,8 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.fedproto import (aggregate_classes, class_stats, empty_table,
-                                            mean_entries_sent)
-from fedjax_het.algorithms.standalone import init_models, init_private_clients
+from fedjax_het.algorithms.fedproto import class_stats, table_protocol, table_round
+from fedjax_het.algorithms.standalone import init_models
 
 DISTILL = ("ce", "mse")
 
@@ -70,37 +69,14 @@ def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
           model_state
     return fn
 
-  def init(rng):
-    clients = init_private_clients(rt, nets, opt, rng)
-    return base.State(jnp.zeros((), jnp.int32), rng, clients,
-                      empty_table(num_classes, num_classes))
+  def predict(g, client, table):
+    del table  # each client's own model
+    return lambda x: nets[g].apply({"params": client.params}, x)[0]
 
-  def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    table = state.server
-    results = []
-    for g, net in enumerate(nets):
-      def client_fn(client, idx, mask, key, net=net):
-        r = cl.local_train(loss_fn(net, table), opt, client.params, None, client.opt_state,
-                           data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
-        sent = uplink(net, r.params, data, idx, mask, rt)
-        return base.ClientState(r.params, None, r.opt_state), (sent, r.loss)
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    uploads = [r.outputs[0] for r in results]
-    up = mean_entries_sent(uploads, [r.weights for r in results], num_classes)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=up,
-                                 downlink=num_classes * num_classes)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=aggregate_classes(uploads)), metrics
-
-  def evaluate(state, data):
-    def predict(g, client, server):
-      return lambda x: nets[g].apply({"params": client.params}, x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
-
-  return base.Algorithm(init, round_fn, evaluate)
+  proto = table_protocol(rt, nets, opt, width=num_classes, loss_fn=loss_fn, uplink=uplink,
+                         predict=predict)
+  return base.Algorithm(base.protocol_init(rt, proto), table_round(rt, proto, num_classes),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def distill_loss(logits, labels, mask, table, kind: str = "ce"):

@@ -48,6 +48,7 @@ from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het import sharding
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import fedmrl
 from fedjax_het.algorithms import fml
 
@@ -153,7 +154,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     chunks = (idx.reshape(-1, rt.batch_size), mask.reshape(-1, rt.batch_size))
     return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), jax.lax.map(chunk, chunks))
 
-  def train_client(g, client, theta, data, idx, mask, key):
+  def client_update(g, client, theta, data, idx, mask, key):
     params = fml.download(client, theta)
     train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
     logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
@@ -163,26 +164,21 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                        data.x, data.y, idx, train_mask, key, epochs=rt.local_epochs,
                        batch_size=rt.batch_size, dtype=rt.compute_dtype)
     new = base.ClientState(r.params, r.model_state, r.opt_state)
-    return new, (fedmrl.uplink(r.params), r.loss)
+    return new, fedmrl.uplink(r.params), {"loss": r.loss}
 
-  def round_fn(state, data):
-    return fml.average_round(state, fml.train_groups(rt, state, data, train_client))
+  def predict(g, client, theta):
+    params = fml.download(client, theta)  # the server's latest theta
+    lam = jax.nn.sigmoid(client.model_state["lam"])
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      params = fml.download(client, server)
-      lam = jax.nn.sigmoid(client.model_state["lam"])
+    def fn(x):
+      (logits_l, _), (logits_g, _) = nets[g].forward(params, x)
+      return ensemble(logits_l, logits_g, lam)
+    return fn
 
-      def fn(x):
-        (logits_l, _), (logits_g, _) = nets[g].forward(params, x)
-        return ensemble(logits_l, logits_g, lam)
-      return fn
-    return base.evaluate_groups(rt, state, data, predict)
-
-  def init(rng):
-    return fml.init_state(rt, nets, opt, rng, model_state={"lam": jnp.zeros((), jnp.float32)})
-
-  return base.Algorithm(init, round_fn, evaluate)
+  proto = fml.mutual_protocol(nets, opt, client_update, predict=predict,
+                              model_state={"lam": jnp.zeros((), jnp.float32)})
+  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def weight(client: base.ClientState) -> jax.Array:

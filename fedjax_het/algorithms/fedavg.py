@@ -36,42 +36,68 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
 
   Returns:
     ``Algorithm``; ``state.server`` holds the global params; ``state.clients[0]`` only
-    counts the rounds each client took part in (int32 [n]).
+    counts the rounds each client took part in (int32 [n]). The protocol downloads w,
+    uploads w_k.
   """
   check_homogeneous(rt.layout, "fedavg")
-  (net,) = init_models(rt, num_classes=rt.layout.num_classes)
+  nets = init_models(rt, num_classes=rt.layout.num_classes)
   opt = base.sgd(learning_rate, momentum)
-  loss_fn = classifier_loss(net)
 
-  def init(rng):
-    params = net.init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]
-    rounds_taken = jnp.zeros((rt.layout.padded_sizes[0],), jnp.int32)
-    return base.State(jnp.zeros((), jnp.int32), rng, (rounds_taken,), params)
+  def init_server(rng):
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]
 
+  def server_aggregate(w, uploads, weights, train_key, server_data):
+    del w, train_key, server_data
+    (w_k,), (n_k,) = uploads, weights  # one group
+    return cl.weighted_mean(w_k, n_k), {}  # w <- sum_k n_k w_k / sum_k n_k
+
+  def predict(g, rounds_taken, w):
+    del rounds_taken  # the global model, not a personal one
+    return lambda x: nets[g].apply({"params": w}, x)[0]
+
+  proto = base.Protocol(count_rounds, init_server, lambda w, g: w,
+                        local_update(rt, nets, opt), server_aggregate, predict)
+
+  return base.Algorithm(base.protocol_init(rt, proto), average_round(rt, proto),
+                        base.protocol_evaluate(rt, proto), proto)
+
+
+def average_round(rt: base.Runtime, proto: base.Protocol):
+  """``Algorithm.round`` of a protocol whose server state is one averaged model.
+
+  FedAvg's round, also that of the shared parts of FedMoE, LG-FedAvg, FML and FedAPEN:
+  every sampled client downloads the server's model (or shared part), trains, sends its
+  copy back, and ``proto.aggregate`` averages them. Both links carry that model whole.
+  """
   def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    global_params = state.server
+    results = base.train_protocol_groups(rt, proto, state, data)
+    server, _ = base.aggregate_groups(proto, state, results)
+    size = base.count_params(state.server)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=size,
+                                 downlink=size)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=server), metrics
+  return round_fn
 
-    def client_fn(client, idx, mask, key):
-      r = cl.local_train(loss_fn, opt, global_params, None, opt.init(global_params),
-                         data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                         batch_size=rt.batch_size, dtype=rt.compute_dtype)
-      return client + 1, (r.params, r.loss)
 
-    res = base.train_group(rt, 0, state.clients[0], data, sample_key, train_key, client_fn)
-    uploaded, _ = res.outputs
-    new_global = cl.weighted_mean(uploaded, res.weights)
-    size = base.count_params(global_params)
-    metrics = base.round_metrics([res], lambda o: o[1], uplink=size, downlink=size)
-    return state.replace(round=state.round + 1, clients=(res.clients,),
-                         server=new_global), metrics
+def count_rounds(g, key):
+  """``Protocol.init_client`` of FedAvg: a client keeps only its rounds taken (int32)."""
+  del g, key
+  return jnp.zeros((), jnp.int32)
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      return lambda x: net.apply({"params": server}, x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
 
-  return base.Algorithm(init, round_fn, evaluate)
+def local_update(rt: base.Runtime, nets, opt):
+  """``Protocol.client_update`` of FedAvg (also Moss's within-type FedAvg).
+
+  The client starts from the downloaded model w with a fresh optimizer state, runs E
+  epochs of SGD on its data, counts the round, and uploads its trained model w_k.
+  """
+  def client_update(g, rounds_taken, w, data, idx, mask, key):
+    r = cl.local_train(classifier_loss(nets[g]), opt, w, None, opt.init(w), data.x,
+                       data.y, idx, mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    return rounds_taken + 1, r.params, {"loss": r.loss}
+  return client_update
 
 
 SPEC = base.Spec(lambda c, rt: fedavg(rt, **base.sgd_args(c)), {}, homogeneous_only=True)

@@ -162,29 +162,37 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return loss_t + loss_s, model_state
     return fn
 
-  def train_client(g, client, theta, data, idx, mask, key):
+  def client_update(g, client, theta, data, idx, mask, key):
     r = cl.local_train(loss_fn(nets[g]), opt, fml.download(client, theta), None,
                        client.opt_state, data.x, data.y, idx, mask, key,
                        epochs=rt.local_epochs, batch_size=rt.batch_size,
                        dtype=rt.compute_dtype)
     update, sent = compress_tree(uplink(r.params, theta), svd_energy)
-    return base.ClientState(r.params, None, r.opt_state), (update, r.loss, sent)
+    return (base.ClientState(r.params, None, r.opt_state), update,
+            {"loss": r.loss, "sent": sent})
+
+  def server_aggregate(theta, uploads, weights, train_key, server_data):
+    del train_key, server_data
+    update = fedmrl.aggregate(uploads, weights)  # g = sum_k n_k g_k / sum_k n_k
+    update, down = compress_tree(update, svd_energy)
+    return jax.tree.map(jnp.add, theta, update), {"downlink_params": down}
+
+  proto = fml.mutual_protocol(nets, opt, client_update,
+                              server_aggregate=server_aggregate, init_params=init_params)
 
   def round_fn(state, data):
-    results = fml.train_groups(rt, state, data, train_client)
-    update = fedmrl.aggregate([r.outputs[0] for r in results], [r.weights for r in results])
-    update, down = compress_tree(update, svd_energy)
-    theta = jax.tree.map(jnp.add, state.server, update)
+    results = base.train_protocol_groups(rt, proto, state, data)
+    theta, sent_down = base.aggregate_groups(proto, state, results)
     active = jnp.concatenate([(r.weights > 0).astype(jnp.float32) for r in results])
-    sent = jnp.concatenate([r.outputs[2] for r in results])
+    sent = jnp.concatenate([r.outputs[1]["sent"] for r in results])
     up = jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=up, downlink=down)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
+                                 downlink=sent_down["downlink_params"])
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=theta), metrics
 
-  return base.Algorithm(lambda rng: fml.init_state(rt, nets, opt, rng,
-                                                   init_params=init_params),
-                        round_fn, fml.private_evaluate(rt, nets))
+  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def uplink(params, theta):

@@ -30,6 +30,7 @@ import optax
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.fedmrl import aggregate
 from fedjax_het.algorithms.standalone import dummy_input
 
@@ -117,43 +118,34 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return cl.cross_entropy(logits, batch.y, batch.mask), model_state
     return fn
 
-  def init(rng):
-    def init_group(g):
-      def one(key):
-        params, model_state = nets[g].init(key)
-        return base.ClientState(params, model_state, opt.init(params))
-      return base.init_clients(rt, g, one, rng)
-    theta = nets[0].init(jax.random.fold_in(rng, 1 << 20))[0]["global_ex"]
-    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, theta)
+  def init_client(g, key):
+    params, model_state = nets[g].init(key)
+    return base.ClientState(params, model_state, opt.init(params))
 
-  def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    theta = state.server
-    results = []
-    for g, net in enumerate(nets):
-      def client_fn(client, idx, mask, key, lf=loss_fn(net)):
-        params = dict(client.params, global_ex=theta)  # download theta
-        r = cl.local_train(lf, opt, params, client.model_state, client.opt_state, data.x,
-                           data.y, idx, mask, key, epochs=rt.local_epochs,
-                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
-        new = base.ClientState(r.params, r.model_state, r.opt_state)
-        return new, (uplink(r.params), r.loss)
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    new_theta = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
-    size = base.count_params(theta)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=new_theta), metrics
+  def init_server(rng):
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20))[0]["global_ex"]
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      params = dict(client.params, global_ex=server)
-      return lambda x: nets[g].logits(params, client.model_state, x, train=False)[0]
-    return base.evaluate_groups(rt, state, data, predict)
+  def client_update(g, client, theta, data, idx, mask, key):
+    params = dict(client.params, global_ex=theta)  # download theta
+    r = cl.local_train(loss_fn(nets[g]), opt, params, client.model_state, client.opt_state,
+                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    new = base.ClientState(r.params, r.model_state, r.opt_state)
+    return new, uplink(r.params), {"loss": r.loss}
 
-  return base.Algorithm(init, round_fn, evaluate)
+  def server_aggregate(theta, uploads, weights, train_key, server_data):
+    del theta, train_key, server_data
+    return aggregate(uploads, weights), {}  # Eq. (6)
+
+  def predict(g, client, theta):
+    params = dict(client.params, global_ex=theta)  # the server's latest theta
+    return lambda x: nets[g].logits(params, client.model_state, x, train=False)[0]
+
+  proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+                        server_aggregate, predict)
+
+  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidden: int = 64,

@@ -124,42 +124,42 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1:
       return loss, model_state
     return fn
 
-  def init(rng):
-    def init_group(g):
-      def one(key):
-        params = nets[g].init(key)
-        return base.ClientState(params, None, opt.init(params))
-      return base.init_clients(rt, g, one, rng)
-    theta = nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
-    clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, theta)
+  def init_client(g, key):
+    params = nets[g].init(key)
+    return base.ClientState(params, None, opt.init(params))
+
+  def init_server(rng):
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
+
+  def client_update(g, client, theta, data, idx, mask, key):
+    params = dict(client.params, **{"global": theta})  # download theta
+    r = cl.local_train(loss_fn(nets[g]), opt, params, None, client.opt_state, data.x,
+                       data.y, idx, mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
+
+  def server_aggregate(theta, uploads, weights, train_key, server_data):
+    del theta, train_key, server_data
+    return aggregate(uploads, weights), {}
+
+  def predict(g, client, theta):
+    params = dict(client.params, **{"global": theta})  # latest theta, as the reference
+    return lambda x: nets[g].predict(params, x, inference)
+
+  proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+                        server_aggregate, predict)
 
   def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    theta = state.server
-    results = []
-    for g, net in enumerate(nets):
-      def client_fn(client, idx, mask, key, lf=loss_fn(net)):
-        params = dict(client.params, **{"global": theta})  # download theta
-        r = cl.local_train(lf, opt, params, None, client.opt_state, data.x, data.y, idx,
-                           mask, key, epochs=rt.local_epochs, batch_size=rt.batch_size,
-                           dtype=rt.compute_dtype)
-        return base.ClientState(r.params, None, r.opt_state), (uplink(r.params), r.loss)
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    new_theta = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
-    size = base.count_params(theta)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
+    results = base.train_protocol_groups(rt, proto, state, data)
+    new_theta, _ = base.aggregate_groups(proto, state, results)
+    size = base.count_params(state.server)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=size,
+                                 downlink=size)
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=new_theta), metrics
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      params = dict(client.params, **{"global": server})  # latest theta, as the reference
-      return lambda x: nets[g].predict(params, x, inference)
-    return base.evaluate_groups(rt, state, data, predict)
-
-  return base.Algorithm(init, round_fn, evaluate)
+  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def uplink(params):

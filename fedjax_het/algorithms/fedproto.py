@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.standalone import init_models, init_private_clients
+from fedjax_het.algorithms.standalone import init_models, private_client_init
 
 INFERENCE = ("prototype", "header")
 
@@ -102,6 +102,56 @@ def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
   return jnp.sum(seen * active) * width / jnp.maximum(jnp.sum(active), 1.0)
 
 
+def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict
+                   ) -> base.Protocol:
+  """The protocol of FedProto and FD: private models, per-class tables on the wire.
+
+  Args:
+    rt, nets, opt: runtime, one private CNN per group, local SGD.
+    width: D, the width of a table row (500 for prototypes, C for logits).
+    loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table.
+    uplink: ``(net, params, data, idx, mask, rt) -> {'means' [C, D], 'counts' [C]}``.
+    predict: ``Protocol.predict`` (payload: the global table).
+
+  Returns:
+    ``Protocol``: client state a ``ClientState`` of its private model; server state and
+    downlink {'table': float32 [C, D], 'valid': bool [C]}; upload the client's
+    per-class means and counts, aggregated by ``aggregate_classes``.
+  """
+  def client_update(g, client, table, data, idx, mask, key):
+    r = cl.local_train(loss_fn(nets[g], table), opt, client.params, None, client.opt_state,
+                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    sent = uplink(nets[g], r.params, data, idx, mask, rt)
+    return base.ClientState(r.params, None, r.opt_state), sent, {"loss": r.loss}
+
+  def server_aggregate(table, uploads, weights, train_key, server_data):
+    del table, weights, train_key, server_data  # the class counts weigh the means
+    return aggregate_classes(uploads), {}
+
+  return base.Protocol(private_client_init(nets, opt),
+                       lambda rng: empty_table(rt.layout.num_classes, width),
+                       lambda table, g: table, client_update, server_aggregate, predict)
+
+
+def table_round(rt: base.Runtime, proto: base.Protocol, width: int):
+  """``Algorithm.round`` of ``table_protocol``: the metrics count table entries.
+
+  Uplink: mean over participating clients of (#classes held x ``width``); downlink: the
+  full table, C x ``width``.
+  """
+  def round_fn(state, data):
+    results = base.train_protocol_groups(rt, proto, state, data)
+    table, _ = base.aggregate_groups(proto, state, results)
+    up = mean_entries_sent([r.outputs[0] for r in results], [r.weights for r in results],
+                           width)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
+                                 downlink=rt.layout.num_classes * width)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=table), metrics
+  return round_fn
+
+
 def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
              lamda: float = 1.0, inference: str = "prototype") -> base.Algorithm:
   """Builds FedProto.
@@ -135,45 +185,22 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return loss + lamda * proto_mse(rep, batch.y, batch.mask, protos), model_state
     return fn
 
-  def init(rng):
-    clients = init_private_clients(rt, nets, opt, rng)
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, empty_table(num_classes, width))
+  def predict(g, client, protos):
+    net = nets[g]
 
-  def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    protos = state.server
-    results = []
-    for g, net in enumerate(nets):
-      def client_fn(client, idx, mask, key, net=net):
-        r = cl.local_train(loss_fn(net, protos), opt, client.params, None, client.opt_state,
-                           data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
-        sent = uplink(net, r.params, data, idx, mask, rt)
-        return base.ClientState(r.params, None, r.opt_state), (sent, r.loss)
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    uploads = [r.outputs[0] for r in results]
-    new_protos = aggregate_classes(uploads)
-    up = mean_entries_sent(uploads, [r.weights for r in results], width)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=up,
-                                 downlink=num_classes * width)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=new_protos), metrics
+    def fn(x):
+      rep = models.extract(net, client.params, x)
+      logits = models.classify(net, client.params, rep)
+      if inference == "header":
+        return logits
+      return jnp.where(jnp.any(protos["valid"]), nearest_prototype_scores(rep, protos),
+                       logits.astype(jnp.float32))
+    return fn
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      net = nets[g]
-      def fn(x):
-        rep = models.extract(net, client.params, x)
-        logits = models.classify(net, client.params, rep)
-        if inference == "header":
-          return logits
-        return jnp.where(jnp.any(server["valid"]),
-                         nearest_prototype_scores(rep, server), logits.astype(jnp.float32))
-      return fn
-    return base.evaluate_groups(rt, state, data, predict)
-
-  return base.Algorithm(init, round_fn, evaluate)
+  proto = table_protocol(rt, nets, opt, width=width, loss_fn=loss_fn, uplink=uplink,
+                         predict=predict)
+  return base.Algorithm(base.protocol_init(rt, proto), table_round(rt, proto, width),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def proto_mse(rep, labels, mask, protos) -> jax.Array:

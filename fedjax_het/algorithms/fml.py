@@ -27,8 +27,9 @@ where it and the paper differ:
   and lets the gradient flow into the target; we keep the paper's fixed target.
 - The reference clips gradient norms at 10 "to prevent divergence"; we do not clip.
 
-The shared machinery here (``MutualNets``, ``kl_divergence``, ``init_state``,
-``train_groups``, ``private_evaluate``) is reused by ``fedkd.py`` and ``fedapen.py``.
+The shared machinery here (``MutualNets``, ``kl_divergence``, ``mutual_protocol``,
+``download``, ``average``, ``private_predict``) is reused by ``fedkd.py`` and
+``fedapen.py``; FML's and FedAPEN's round is ``fedavg.average_round``.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import fedmrl
 from fedjax_het.algorithms.standalone import dummy_input
 
@@ -108,40 +110,33 @@ def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float
   return loss_l, loss_g
 
 
-def init_state(rt: base.Runtime, nets: list, opt, rng, *, init_params=None,
-               model_state=None) -> base.State:
-  """State with every client's {'global', 'local', ...} params and the server's theta.
+def mutual_protocol(nets: list, opt, client_update: Callable, *,
+                    server_aggregate: Callable | None = None, predict: Callable | None = None,
+                    init_params: Callable | None = None, model_state=None) -> base.Protocol:
+  """The protocol of FML, FedKD and FedAPEN: a private model beside a shared one, theta.
+
+  Server state and downlink: theta, the shared model's params (initialised like a
+  client's 'global' part); a client downloads it into ``params['global']``.
 
   Args:
-    init_params: ``(group, key) -> params`` (default ``nets[g].init``).
-    model_state: per-client non-SGD state (e.g. FedAPEN's lambda), or None.
+    client_update: ``Protocol.client_update`` (payload: theta).
+    server_aggregate: ``Protocol.aggregate`` (default ``average``: the example-weighted
+      mean of the uploaded theta_k).
+    predict: ``Protocol.predict`` (default ``private_predict``: the private model alone).
+    init_params: ``(group, key) -> params`` of a client (default ``nets[g].init``).
+    model_state: every client's initial non-SGD state (e.g. FedAPEN's lambda), or None.
   """
   init_params = init_params or (lambda g, key: nets[g].init(key))
 
-  def init_group(g):
-    def one(key):
-      params = init_params(g, key)
-      return base.ClientState(params, model_state, opt.init(params))
-    return base.init_clients(rt, g, one, rng)
-  theta = nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
-  clients = tuple(init_group(g) for g in range(rt.layout.num_groups))
-  return base.State(jnp.zeros((), jnp.int32), rng, clients, theta)
+  def init_client(g, key):
+    params = init_params(g, key)
+    return base.ClientState(params, model_state, opt.init(params))
 
+  def init_server(rng):
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
 
-def train_groups(rt: base.Runtime, state: base.State, data, train_client: Callable
-                 ) -> list[base.GroupRound]:
-  """Runs ``train_client(g, client, theta, data, idx, mask, key) -> (client, outputs)``.
-
-  ``theta`` is the server's shared model, which every client downloads first.
-  """
-  sample_key, train_key = base.round_keys(state)
-  results = []
-  for g in range(rt.layout.num_groups):
-    def client_fn(client, idx, mask, key, g=g):
-      return train_client(g, client, state.server, data, idx, mask, key)
-    results.append(base.train_group(rt, g, state.clients[g], data, sample_key, train_key,
-                                    client_fn))
-  return results
+  return base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+                       server_aggregate or average, predict or private_predict(nets))
 
 
 def download(client: base.ClientState, theta) -> dict:
@@ -149,22 +144,18 @@ def download(client: base.ClientState, theta) -> dict:
   return dict(client.params, **{"global": theta})
 
 
-def average_round(state: base.State, results: list) -> tuple[base.State, dict]:
-  """Server side shared by FML and FedAPEN: outputs are (theta_k, loss); theta is averaged."""
-  new_theta = fedmrl.aggregate([r.outputs[0] for r in results], [r.weights for r in results])
-  size = base.count_params(state.server)
-  metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
-  return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                       server=new_theta), metrics
+def average(theta, uploads, weights, train_key, server_data):
+  """``Protocol.aggregate`` of FML and FedAPEN: theta <- sum_k n_k theta_k / sum_k n_k."""
+  del theta, train_key, server_data
+  return fedmrl.aggregate(uploads, weights), {}
 
 
-def private_evaluate(rt: base.Runtime, nets: list) -> Callable:
-  """``Algorithm.evaluate`` of the private models alone (FML, FedKD)."""
-  def evaluate(state, data):
-    def predict(g, client, server):
-      return lambda x: nets[g].large.apply({"params": client.params["local"]}, x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
-  return evaluate
+def private_predict(nets: list) -> Callable:
+  """``Protocol.predict`` of the private model alone (FML, FedKD)."""
+  def predict(g, client, theta):
+    del theta
+    return lambda x: nets[g].large.apply({"params": client.params["local"]}, x)[0]
+  return predict
 
 
 def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
@@ -198,18 +189,17 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return loss_l + loss_g, model_state
     return fn
 
-  def train_client(g, client, theta, data, idx, mask, key):
+  def client_update(g, client, theta, data, idx, mask, key):
     r = cl.local_train(loss_fn(nets[g]), opt, download(client, theta), None,
                        client.opt_state, data.x, data.y, idx, mask, key,
                        epochs=rt.local_epochs, batch_size=rt.batch_size,
                        dtype=rt.compute_dtype)
-    return base.ClientState(r.params, None, r.opt_state), (fedmrl.uplink(r.params), r.loss)
+    return (base.ClientState(r.params, None, r.opt_state), fedmrl.uplink(r.params),
+            {"loss": r.loss})
 
-  def round_fn(state, data):
-    return average_round(state, train_groups(rt, state, data, train_client))
-
-  return base.Algorithm(lambda rng: init_state(rt, nets, opt, rng), round_fn,
-                        private_evaluate(rt, nets))
+  proto = mutual_protocol(nets, opt, client_update)
+  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 SPEC = base.Spec(

@@ -30,8 +30,9 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.standalone import (classifier_loss, dummy_input, init_models,
-                                              init_private_clients)
+                                              private_client_init)
 
 
 def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
@@ -50,37 +51,28 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
   nets = init_models(rt, num_classes=rt.layout.num_classes)
   opt = base.sgd(learning_rate, momentum)
 
-  def init(rng):
-    header = nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
-    clients = init_private_clients(rt, nets, opt, rng)
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, header)
+  def init_server(rng):
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
 
-  def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    header = state.server
-    results = []
-    for g, net in enumerate(nets):
-      def client_fn(client, idx, mask, key, lf=classifier_loss(net)):
-        params = with_header(client.params, header)  # download theta_hd
-        r = cl.local_train(lf, opt, params, None, client.opt_state, data.x, data.y, idx,
-                           mask, key, epochs=rt.local_epochs, batch_size=rt.batch_size,
-                           dtype=rt.compute_dtype)
-        return base.ClientState(r.params, None, r.opt_state), (uplink(r.params), r.loss)
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    new_header = aggregate([r.outputs[0] for r in results], [r.weights for r in results])
-    size = base.count_params(header)
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=size, downlink=size)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=new_header), metrics
+  def client_update(g, client, header, data, idx, mask, key):
+    params = with_header(client.params, header)  # download theta_hd
+    r = cl.local_train(classifier_loss(nets[g]), opt, params, None, client.opt_state,
+                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
+                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      params = with_header(client.params, server)  # local extractor, global header
-      return lambda x: nets[g].apply({"params": params}, x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
+  def server_aggregate(header, uploads, weights, train_key, server_data):
+    del header, train_key, server_data
+    return aggregate(uploads, weights), {}
 
-  return base.Algorithm(init, round_fn, evaluate)
+  def predict(g, client, header):
+    params = with_header(client.params, header)  # local extractor, global header
+    return lambda x: nets[g].apply({"params": params}, x)[0]
+
+  proto = base.Protocol(private_client_init(nets, opt), init_server,
+                        lambda header, g: header, client_update, server_aggregate, predict)
+  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 def with_header(params, header):

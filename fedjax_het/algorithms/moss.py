@@ -19,6 +19,11 @@ Symbols (paper -> code):
 Uplink: the device model's weights only. Downlink: the deployed type model. Both are
 counted per participating client, averaged over the clients of all types.
 
+Protocol: a client downloads w_g (``server['types'][g]``), runs FedAvg's local step
+(``fedavg.local_update``) and uploads its trained w_k; the server's ``aggregate`` runs the
+per-type weighted mean (a type without any upload keeps its model), WIRE up, FILE and
+WIRE down on its public images (``Protocol.server_data``).
+
 Ablations: ``aggregation='uniform'`` (a_g = 1/G), ``mapping='naive'`` (HeteroFL-style
 slice copy instead of WIRE).
 
@@ -35,8 +40,9 @@ import optax
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import moss_wire as wire
-from fedjax_het.algorithms.standalone import classifier_loss, dummy_input
+from fedjax_het.algorithms.standalone import dummy_input
 from fedjax_het.models.preprocess import normalize
 
 AGGREGATIONS = ("file", "uniform")
@@ -142,7 +148,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return {"meta": meta, "meta_opt": meta_opt.init(meta),
             "reg": wire.init_regressors(key, c_src, c_tgt, layers)}
 
-  def init(rng):
+  def init_server(rng):
     skey = jax.random.fold_in(rng, 1 << 20)
     types = tuple(init_params(nets[g], jax.random.fold_in(skey, g)) for g in range(G))
     proxy = init_params(proxy_net, jax.random.fold_in(skey, G))
@@ -152,9 +158,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       wires = tuple({"up": init_wire(jax.random.fold_in(wkey, 2 * g), c_types[g], c_proxy),
                      "down": init_wire(jax.random.fold_in(wkey, 2 * g + 1), c_proxy,
                                        c_types[g])} for g in range(G))
-    clients = tuple(jnp.zeros((n,), jnp.int32) for n in layout.padded_sizes)
-    server = {"types": types, "proxy": proxy, "wire": wires}
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, server)
+    return {"types": types, "proxy": proxy, "wire": wires}
 
   cfg = wire.WireConfig(layers, wire_steps, public_batch, wire_lr, beta)
 
@@ -165,71 +169,84 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     c = cfg._replace(batch=min(cfg.batch, public_x.shape[0]))
     return wire.transfer(c, meta_opt, src_apply, src, tgt_apply, tgt, ws, public_x, key)
 
-  def train_types(state, data, sample_key, train_key):
-    results = []
-    for g in range(G):
-      w_g, lf = state.server["types"][g], classifier_loss(nets[g])
+  def map_types(direction, pairs, wires, public_x, key, offset):
+    """One WIRE direction for every type g, ``pairs[g] = (src_apply, src, tgt_apply, tgt)``.
 
-      def client_fn(client, idx, mask, key, w_g=w_g, lf=lf):
-        r = cl.local_train(lf, opt, w_g, None, opt.init(w_g), data.x, data.y, idx, mask,
-                           key, epochs=rt.local_epochs, batch_size=rt.batch_size,
-                           dtype=rt.compute_dtype)
-        return client + 1, (uplink(r.params), r.loss)
+    Returns:
+      (targets per type, wire states with ``direction`` updated, losses per type).
+    """
+    targets, new_wires, losses = [], [], []
+    for g, pair in enumerate(pairs):
+      t, ws, loss = map_weights(*pair, wires[g].get(direction), public_x,
+                                jax.random.fold_in(key, offset + g))
+      targets.append(t)
+      new_wires.append(dict(wires[g], **{direction: ws}) if mapping == "wire" else wires[g])
+      losses.append(loss)
+    return targets, new_wires, losses
 
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    types = [cl.weighted_mean(r.outputs[0], r.weights) for r in results]
-    return results, types
+  def server_aggregate(server, uploads, weights, train_key, public_x):
+    wire_key = jax.random.fold_in(train_key, 1 << 16)
+    types = [type_average(u, n, w) for u, n, w in zip(uploads, weights, server["types"])]
+    wires = list(server["wire"]) if mapping == "wire" else [{} for _ in range(G)]
+    # ---- WIRE up: type g -> proxy p_g (starting from the global proxy), then fidelity
+    up = [(applies[g], types[g], proxy_apply, server["proxy"]) for g in range(G)]
+    proxies, wires, up_losses = map_types("up", up, wires, public_x, wire_key, 0)
+    fid = jnp.stack([wire.fidelity(proxy_apply(p, public_x)[0],
+                                   applies[g](types[g], public_x)[0])
+                     for g, p in enumerate(proxies)])
+    # ---- FILE: fidelity-weighted global proxy
+    a = file_weights(fid, aggregation)
+    proxy = cl.weighted_mean(jax.tree.map(lambda *x: jnp.stack(x), *proxies), a)
+    # ---- WIRE down: global proxy -> every type, deployed next round
+    down = [(proxy_apply, proxy, applies[g], types[g]) for g in range(G)]
+    new_types, wires, down_losses = map_types("down", down, wires, public_x, wire_key, G)
+    new = {"types": tuple(new_types), "proxy": proxy,
+           "wire": tuple(wires) if mapping == "wire" else ()}
+    return new, {"fidelity": fid, "file_weights": a,
+                 "wire_loss": jnp.mean(jnp.stack(up_losses + down_losses))}
+
+  def public_set(data, rng):
+    """The public set's pool indices int32 [size] and the fraction held by clients."""
+    return public_indices(data, jax.random.fold_in(rng, PUBLIC_SEED),
+                          min(public_size, data.y.shape[0]))
+
+  def public_images(data, idx):
+    return normalize(data.x[idx]).astype(rt.compute_dtype)
+
+  def predict(g, rounds_taken, w_g):
+    del rounds_taken  # the deployed type model
+    return lambda x: applies[g](w_g, x)[0]
+
+  proto = base.Protocol(
+      fedavg.count_rounds, init_server, lambda server, g: server["types"][g],
+      fedavg.local_update(rt, nets, opt), server_aggregate, predict,
+      server_data=lambda data, rng: public_images(data, public_set(data, rng)[0]))
 
   def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    wire_key = jax.random.fold_in(train_key, 1 << 16)
-    results, types = train_types(state, data, sample_key, train_key)
-    # ---- the server's public set (fixed across rounds)
-    pub_idx, overlap = public_indices(data, jax.random.fold_in(state.rng, PUBLIC_SEED),
-                                      min(public_size, data.y.shape[0]))
-    public_x = normalize(data.x[pub_idx]).astype(rt.compute_dtype)
-    wires = list(state.server["wire"]) if mapping == "wire" else [{} for _ in range(G)]
-    # ---- WIRE up: type g -> proxy p_g (starting from the global proxy), then fidelity
-    proxies, fids, losses = [], [], []
-    for g in range(G):
-      p, ws, loss = map_weights(applies[g], types[g], proxy_apply, state.server["proxy"],
-                                wires[g].get("up"), public_x, jax.random.fold_in(wire_key, g))
-      wires[g] = dict(wires[g], up=ws) if mapping == "wire" else wires[g]
-      proxies.append(p)
-      losses.append(loss)
-      fids.append(wire.fidelity(proxy_apply(p, public_x)[0], applies[g](types[g], public_x)[0]))
-    # ---- FILE: fidelity-weighted global proxy
-    fid = jnp.stack(fids)
-    a = file_weights(fid, aggregation)
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *proxies)
-    proxy = cl.weighted_mean(stacked, a)
-    # ---- WIRE down: global proxy -> every type, deployed next round
-    new_types = []
-    for g in range(G):
-      w, ws, loss = map_weights(proxy_apply, proxy, applies[g], types[g], wires[g].get("down"),
-                                public_x, jax.random.fold_in(wire_key, G + g))
-      wires[g] = dict(wires[g], down=ws) if mapping == "wire" else wires[g]
-      new_types.append(w)
-      losses.append(loss)
-    sizes = [base.count_params(t) for t in types]
+    results = base.train_protocol_groups(rt, proto, state, data)
+    pub_idx, overlap = public_set(data, state.rng)  # fixed across rounds
+    server, moss_metrics = base.aggregate_groups(proto, state, results,
+                                                 public_images(data, pub_idx))
+    sizes = [base.count_params(t) for t in state.server["types"]]
     sampled = [rt.slots(g)[0] for g in range(G)]
     per_client = float(np.dot(sizes, sampled) / sum(sampled))
-    metrics = base.round_metrics(results, lambda o: o[1], uplink=per_client,
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=per_client,
                                  downlink=per_client)
-    metrics.update(fidelity=fid, file_weights=a, public_overlap=overlap,
-                   wire_loss=jnp.mean(jnp.stack(losses)))
-    server = {"types": tuple(new_types), "proxy": proxy,
-              "wire": tuple(wires) if mapping == "wire" else ()}
+    metrics.update(moss_metrics, public_overlap=overlap)
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=server), metrics
 
-  def evaluate(state, data):
-    def predict(g, client, server):
-      return lambda x: applies[g](server["types"][g], x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
+  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
+                        base.protocol_evaluate(rt, proto), proto)
 
-  return base.Algorithm(init, round_fn, evaluate)
+
+def type_average(uploads, weights: jax.Array, previous):
+  """FedAvg within a type: w_g = sum_k n_k w_k / sum_k n_k over its uploads [m_g, ...].
+
+  A type whose uploads all weigh 0 (in a deployment: every client of it failed) keeps
+  ``previous``, its model of the last round, rather than becoming zeros.
+  """
+  return cl.select_tree(jnp.sum(weights) > 0, cl.weighted_mean(uploads, weights), previous)
 
 
 SPEC = base.Spec(

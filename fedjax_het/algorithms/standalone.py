@@ -8,7 +8,6 @@ Uplink: nothing. Downlink: nothing.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from fedjax_het import clients as cl
@@ -36,14 +35,12 @@ def dummy_input():
   return jnp.zeros((1, 32, 32, 3), jnp.float32)
 
 
-def init_private_clients(rt: base.Runtime, nets, opt, rng: jax.Array) -> tuple:
-  """Every group's stacked ``ClientState``: its own CNN's params and optimizer state."""
-  def init_group(g):
-    def one(key):
-      params = nets[g].init(key, dummy_input())["params"]
-      return base.ClientState(params, None, opt.init(params))
-    return base.init_clients(rt, g, one, rng)
-  return tuple(init_group(g) for g in range(rt.layout.num_groups))
+def private_client_init(nets, opt):
+  """``Protocol.init_client`` of a private CNN: its own params and optimizer state."""
+  def init_client(g, key):
+    params = nets[g].init(key, dummy_input())["params"]
+    return base.ClientState(params, None, opt.init(params))
+  return init_client
 
 
 def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
@@ -61,34 +58,34 @@ def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
   nets = init_models(rt, num_classes=rt.layout.num_classes)
   opt = base.sgd(learning_rate, momentum)
 
-  def init(rng):
-    clients = init_private_clients(rt, nets, opt, rng)
-    return base.State(jnp.zeros((), jnp.int32), rng, clients, ())
+  def client_update(g, client, payload, data, idx, mask, key):
+    del payload  # nothing is downloaded
+    r = cl.local_train(classifier_loss(nets[g]), opt, client.params, client.model_state,
+                       client.opt_state, data.x, data.y, idx, mask, key,
+                       epochs=rt.local_epochs, batch_size=rt.batch_size,
+                       dtype=rt.compute_dtype)
+    return base.ClientState(r.params, r.model_state, r.opt_state), (), {"loss": r.loss}
+
+  def server_aggregate(server, uploads, weights, train_key, server_data):
+    del uploads, weights, train_key, server_data  # nothing was sent
+    return server, {}
+
+  def predict(g, client, payload):
+    del payload
+    return lambda x: nets[g].apply({"params": client.params}, x)[0]
+
+  proto = base.Protocol(private_client_init(nets, opt), lambda rng: (),
+                        lambda server, g: (), client_update, server_aggregate, predict)
 
   def round_fn(state, data):
-    sample_key, train_key = base.round_keys(state)
-    results = []
-    for g in range(rt.layout.num_groups):
-      loss_fn = classifier_loss(nets[g])
+    results = base.train_protocol_groups(rt, proto, state, data)
+    server, _ = base.aggregate_groups(proto, state, results)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=0, downlink=0)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=server), metrics
 
-      def client_fn(client, idx, mask, key, loss_fn=loss_fn):
-        r = cl.local_train(loss_fn, opt, client.params, client.model_state, client.opt_state,
-                           data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                           batch_size=rt.batch_size, dtype=rt.compute_dtype)
-        return base.ClientState(r.params, r.model_state, r.opt_state), r.loss
-
-      results.append(base.train_group(rt, g, state.clients[g], data, sample_key,
-                                      train_key, client_fn))
-    metrics = base.round_metrics(results, lambda loss: loss, uplink=0, downlink=0)
-    new = state.replace(round=state.round + 1, clients=tuple(r.clients for r in results))
-    return new, metrics
-
-  def evaluate(state, data):
-    def predict(g, client, server):
-      return lambda x: nets[g].apply({"params": client.params}, x)[0]
-    return base.evaluate_groups(rt, state, data, predict)
-
-  return base.Algorithm(init, round_fn, evaluate)
+  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
+                        base.protocol_evaluate(rt, proto), proto)
 
 
 SPEC = base.Spec(lambda c, rt: standalone(rt, **base.sgd_args(c)), {})

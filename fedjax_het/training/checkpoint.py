@@ -6,6 +6,9 @@ Orbax writes a step into a temporary directory and renames it when complete, so 
 killed write leaves no half step behind; a step that fails to restore anyway
 (corrupted files) is skipped with a warning, moved aside to ``<directory>.corrupted/``
 (so the resumed run can write that step again), and the one before it is used.
+
+Multi-process runs: every process calls ``save`` and ``restore_latest`` (orbax
+coordinates the processes and each writes its own shards into the shared directory).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import shutil
 from typing import Any
 
 import orbax.checkpoint as ocp
+
+from fedjax_het import distributed
 
 PyTree = Any
 
@@ -60,17 +65,15 @@ class Checkpointer:
   def restore_latest(self, abstract_state: PyTree) -> tuple[PyTree, dict] | None:
     """The newest readable step as ``(state, meta)``, or None when there is none.
 
+    In a multi-process run every process reads its own shards; a step counts as
+    readable only when it is on every process, so all of them resume from the same step.
+
     Args:
       abstract_state: ``jax.ShapeDtypeStruct`` tree (with shardings) to restore into.
     """
     for step in reversed(self.steps()):
-      try:
-        meta = self.manager.restore(step, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore()))["meta"]
-      except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
-        logging.warning("checkpoint step %d is unreadable (%s); trying the previous one",
-                        step, err)
-        self.quarantine(step)
+      meta = self._restore_or_skip(step, "unreadable", "meta", ocp.args.JsonRestore())
+      if meta is None:
         continue
       diff = fingerprint_diff(meta.get("fingerprint", {}), self.fingerprint)
       if diff:
@@ -78,24 +81,37 @@ class Checkpointer:
             f"checkpoint step {step} in {self.manager.directory} was written by a run with "
             f"a different config; differing keys: {diff}. Use another --workdir or set "
             "--fresh_start to discard it.")
-      try:
-        state = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state)))["state"]
-      except Exception as err:  # noqa: BLE001
-        logging.warning("checkpoint step %d is corrupted (%s); trying the previous one",
-                        step, err)
-        self.quarantine(step)
-        continue
-      return state, meta
+      state = self._restore_or_skip(step, "corrupted", "state",
+                                    ocp.args.StandardRestore(abstract_state))
+      if state is not None:
+        return state, meta
+    return None
+
+  def _restore_or_skip(self, step: int, what: str, name: str, arg) -> PyTree | None:
+    """Item ``name`` of ``step``, or None (the step quarantined) if a process can't read it."""
+    try:
+      item, ok = self.manager.restore(step, args=ocp.args.Composite(**{name: arg}))[name], True
+    except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
+      logging.warning("checkpoint step %d is %s (%s); trying the previous one", step, what,
+                      err)
+      item, ok = None, False
+    if distributed.all_true(ok):
+      return item
+    self.quarantine(step)
     return None
 
   def quarantine(self, step: int) -> None:
-    """Moves an unreadable step to ``<directory>.corrupted/<step>`` (kept for inspection)."""
-    directory = os.fspath(self.manager.directory)
-    aside = os.path.join(f"{directory}.corrupted", str(step))
-    shutil.rmtree(aside, ignore_errors=True)
-    os.makedirs(os.path.dirname(aside), exist_ok=True)
-    shutil.move(os.path.join(directory, str(step)), aside)
+    """Moves an unreadable step to ``<directory>.corrupted/<step>`` (kept for inspection).
+
+    Process 0 moves it; every process then reloads the step list.
+    """
+    if distributed.is_primary():
+      directory = os.fspath(self.manager.directory)
+      aside = os.path.join(f"{directory}.corrupted", str(step))
+      shutil.rmtree(aside, ignore_errors=True)
+      os.makedirs(os.path.dirname(aside), exist_ok=True)
+      shutil.move(os.path.join(directory, str(step)), aside)
+    distributed.sync(f"fedjax_het:quarantined_{step}")
     self.manager.reload()
 
   def close(self) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
-from fedjax_het import models, sharding
+from fedjax_het import distributed, models, sharding
 from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import metrics as metrics_lib
@@ -94,11 +94,11 @@ def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
 
 
 def make_runtime(config, layout, mesh) -> Runtime:
-  """The ``Runtime`` of a config."""
+  """The ``Runtime`` of a config (``mesh=None``: one device, as a deployment's processes)."""
   return Runtime(layout=layout, participation=config.participation,
                  local_epochs=config.local_epochs, batch_size=config.batch_size,
                  client_parallelism=config.runtime.client_parallelism,
-                 num_shards=mesh.size, mesh=mesh,
+                 num_shards=mesh.size if mesh is not None else 1, mesh=mesh,
                  compute_dtype=jnp.dtype(config.runtime.compute_dtype))
 
 
@@ -167,7 +167,12 @@ def finite_groups(state: State) -> jax.Array:
 
 
 def per_client_accuracy(exp: Experiment, counts) -> np.ndarray:
-  """Test accuracy of every client (ordered by client id) from ``evaluate``'s counts."""
+  """Test accuracy of every client (ordered by client id) from ``evaluate``'s counts.
+
+  The counts are gathered from every process first, so all processes of a multi-process
+  run get the same whole array.
+  """
+  counts = distributed.to_host(counts)
   correct = data_lib.unpad_clients([np.asarray(c) for c, _ in counts], exp.runtime.layout)
   total = data_lib.unpad_clients([np.asarray(t) for _, t in counts], exp.runtime.layout)
   return correct / np.maximum(total, 1)
@@ -241,9 +246,22 @@ def write_partition(workdir: str, exp: Experiment) -> None:
                   for k in range(len(exp.client_archs))]})
 
 
+def clear_outputs(workdir: str) -> None:
+  """Removes the checkpoints and metrics of a previous run in ``workdir`` (fresh start)."""
+  for name in ("checkpoints", "metrics.jsonl", "summary.json"):
+    path = os.path.join(workdir, name)
+    shutil.rmtree(path) if os.path.isdir(path) else (
+        os.path.exists(path) and os.remove(path))
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = False,
         log: Callable[[str], None] = print, build=None) -> dict:
   """Runs (or resumes) an experiment and returns its summary.
+
+  In a multi-process run (``jax.distributed`` initialized first, see
+  ``fedjax_het.distributed``) every process calls this with the same arguments and a
+  shared ``workdir``; all take part in the rounds and in checkpoint saves and restores,
+  process 0 alone writes the JSON outputs and calls ``log``, and all return the summary.
 
   Args:
     config: experiment config.
@@ -259,12 +277,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   exp = prepare(config, build)  # all validation and data errors happen here
   config = exp.config
   workdir = os.path.abspath(workdir)  # orbax needs absolute paths
-  if fresh_start:
-    for name in ("checkpoints", "metrics.jsonl", "summary.json"):
-      path = os.path.join(workdir, name)
-      shutil.rmtree(path) if os.path.isdir(path) else (
-          os.path.exists(path) and os.remove(path))
+  primary = distributed.is_primary()
+  log = log if primary else (lambda line: None)
+  if fresh_start and primary:
+    clear_outputs(workdir)
   os.makedirs(workdir, exist_ok=True)
+  distributed.sync("fedjax_het:workdir_ready")
   init, run_rounds, evaluate, abstract = compile_fns(exp)
   ckpt = (ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                 max_to_keep=config.keep_checkpoints,
@@ -276,10 +294,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   else:
     state, meta = restored
     log(f"resumed from round {int(state.round)} in {workdir}")
-  metrics_lib.write_json(os.path.join(workdir, "config.json"), config.to_dict())
-  write_partition(workdir, exp)
   start = int(state.round)
-  log_rows = metrics_lib.MetricsLog(os.path.join(workdir, "metrics.jsonl"), start)
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  if primary:
+    metrics_lib.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    write_partition(workdir, exp)
+    log_rows = metrics_lib.MetricsLog(metrics_path, start)
+  distributed.sync("fedjax_het:outputs_ready")  # others read metrics.jsonl once rewritten
+  if not primary:
+    log_rows = metrics_lib.MetricsLog(metrics_path, start, write=False)
   progress = metrics_lib.Progress(config.num_rounds, start, log)
   t0, wall0 = time.perf_counter(), meta["wall_s"]
   up, down = meta["uplink_params"], meta["downlink_params"]
@@ -289,6 +312,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
     stop = next_stop(r, config)
     # ---- train rounds r+1 .. stop in one dispatch
     state, m = run_rounds(state, exp.data, stop - r)
+    m = distributed.to_host(m)
     check_finite(m, r, exp.runtime.layout.archs)
     up += float(np.sum(m["uplink_params"]))
     down += float(np.sum(m["downlink_params"]))
@@ -320,5 +344,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       "downlink_params": rows[-1]["downlink_params"],
       "config": config.to_dict(),
   }
-  metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
+  if primary:
+    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   return summary

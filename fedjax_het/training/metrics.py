@@ -40,16 +40,21 @@ class MetricsLog:
     resume_round: rounds already completed by the restored state (0 for a fresh run);
       rows beyond it came from the interrupted run's lost rounds and are dropped, so the
       file never holds a round twice.
+    write: False keeps the rows in memory only (the non-primary processes of a
+      multi-process run, which read the file once process 0 has rewritten it).
   """
 
-  def __init__(self, path: str, resume_round: int):
-    self.path = path
+  def __init__(self, path: str, resume_round: int, *, write: bool = True):
+    self.path, self.write = path, write
     self.rows = [r for r in read_jsonl(path) if r["round"] <= resume_round]
-    with open(path, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in self.rows)
+    if write:
+      with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in self.rows)
 
   def append(self, row: dict) -> None:
     self.rows.append(row)
+    if not self.write:
+      return
     with open(self.path, "a") as f:
       f.write(json.dumps(row) + "\n")
       f.flush()

@@ -1,0 +1,430 @@
+"""The two sides of a deployed federation, independent of the transport.
+
+A deployment runs an algorithm's ``Protocol`` (``fedjax_het.algorithms.base``) in
+separate processes: every client process holds ONE client's private state and data
+(``ClientNode``), the server process holds the server state (``ServerNode``). What moves
+between them is exactly what the protocol sends: ``downlink(server, g)`` down and the
+``upload`` of ``client_update`` up, as flat lists of numpy arrays (``encode`` /
+``decode`` against structures both sides derive from the config).
+
+The simulator's round is built from the same functions, and a deployment draws the same
+clients and keys (``base.group_draw``) and initialises every client from the same key
+(``base.client_init_keys``), so with one device, the same config, seed and partition a
+deployment reproduces the simulator's run (tests/test_deploy_flower.py measures how
+closely).
+
+Persistence: the server checkpoints ``State(round, rng, (), server)`` after every
+aggregated round; each client checkpoints its own state after every local round under
+its own workdir. A client asked to train round r first drops any state of its own from
+round r or later (the server rolled back to an earlier checkpoint), so the federation
+resumes consistently from the server's newest checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from fedjax_het import clients as cl
+from fedjax_het import config as config_lib
+from fedjax_het import data as data_lib
+from fedjax_het import models
+from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State, base
+from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import loop
+
+PyTree = Any
+
+
+@flax.struct.dataclass
+class ClientData:
+  """One client's own examples and its padded train/test tables into them.
+
+  Attributes:
+    x: uint8 [n, 32, 32, 3] the client's images (train and test).
+    y: int32 [n] their labels.
+    train_idx, train_mask: int32 / bool [n_train_max] (a multiple of the batch size).
+    test_idx, test_mask: int32 / bool [n_test_max].
+  """
+  x: np.ndarray
+  y: np.ndarray
+  train_idx: np.ndarray
+  train_mask: np.ndarray
+  test_idx: np.ndarray
+  test_mask: np.ndarray
+
+  @property
+  def num_train(self) -> int:
+    """Real train examples (the client's aggregation weight)."""
+    return int(np.sum(self.train_mask))
+
+  @classmethod
+  def from_arrays(cls, x_train, y_train, x_test, y_test, *, batch_size: int,
+                  train_len: int = 0, test_len: int = 0) -> "ClientData":
+    """A client's data from its own arrays (what a real deployment calls).
+
+    Args:
+      x_train, y_train, x_test, y_test: uint8 images [n, 32, 32, 3], int labels [n].
+      batch_size: B; tables are padded to a multiple of it.
+      train_len, test_len: table lengths (0: the smallest multiple of B that fits).
+    """
+    x = np.concatenate([np.asarray(x_train), np.asarray(x_test)]).astype(np.uint8)
+    y = np.concatenate([np.asarray(y_train), np.asarray(y_test)]).astype(np.int32)
+    n_tr = len(y_train)
+    return cls(x, y, *_table(np.arange(n_tr), train_len, batch_size),
+               *_table(np.arange(n_tr, len(y)), test_len, batch_size))
+
+
+def _table(idx: np.ndarray, length: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(idx, mask) padded with index 0 / False to ``length`` (0: a multiple of B)."""
+  length = length or max(batch_size, -(-len(idx) // batch_size) * batch_size)
+  if len(idx) > length:
+    raise ValueError(f"{len(idx)} examples do not fit a table of length {length}")
+  out, mask = np.zeros(length, np.int32), np.zeros(length, bool)
+  out[:len(idx)], mask[:len(idx)] = idx, True
+  return out, mask
+
+
+@dataclasses.dataclass(frozen=True)
+class Federation:
+  """What every process of a deployment derives from the config (no device placement).
+
+  Attributes:
+    config: the resolved config (algorithm defaults filled in).
+    runtime: the client-side runtime, one device (``num_shards=1``, no mesh).
+    algorithm: the algorithm; its ``protocol`` is what the processes run.
+    data: the pooled ``FederatedData`` (numpy), as the simulator builds it, or None
+      (``prepare_federation(..., with_data=False)``).
+    client_archs: architecture of each client.
+  """
+  config: ml_collections.ConfigDict
+  runtime: Runtime
+  algorithm: Algorithm
+  data: data_lib.FederatedData
+  client_archs: tuple
+
+  @property
+  def protocol(self) -> base.Protocol:
+    return self.algorithm.protocol
+
+  def client_data(self, client_id: int) -> ClientData:
+    """Client ``client_id``'s own examples, cut from the pool with the simulator's tables.
+
+    The tables keep the simulator's lengths, so local shuffles (and results) match it.
+    """
+    g, j = self.runtime.layout.group_of(client_id)
+    index = self.data.groups[g]
+    rows = [np.asarray(a[j]) for a in (index.train_idx, index.train_mask, index.test_idx,
+                                       index.test_mask)]
+    own = np.unique(np.concatenate([rows[0][rows[1]], rows[2][rows[3]]]))
+    remap = lambda idx, mask: np.where(mask, np.searchsorted(own, idx), 0).astype(np.int32)
+    return ClientData(np.asarray(self.data.x)[own], np.asarray(self.data.y)[own],
+                      remap(rows[0], rows[1]), rows[1], remap(rows[2], rows[3]), rows[3])
+
+
+def prepare_federation(config: ml_collections.ConfigDict, *,
+                       with_data: bool = True) -> Federation:
+  """Validates the config, partitions the data as the simulator does, builds the algorithm.
+
+  Args:
+    config: the experiment config every process of the deployment shares.
+    with_data: False lays the federation out from the config alone (``config.models``,
+      ``num_clients``, ``data.name``), without reading any data: what a silo that brings
+      its own arrays (``ClientData.from_arrays``) needs. ``Federation.data`` is then None.
+
+  Raises:
+    ValueError: a bad config, or an algorithm without a ``protocol``, before any compute.
+  """
+  config_lib.validate(config)
+  config = config_lib.with_algo_defaults(config)
+  archs = tuple(models.client_archs(config.models, config.num_clients))
+  if with_data:
+    x, y, num_classes = loop.load_pool(config)
+    if len(y) < config.num_clients:
+      raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
+                       "examples of the data")
+    train, test, _ = loop.partition_clients(config, y, num_classes)
+    fed, layout = data_lib.build_federated_data(x, y, train, test, archs,
+                                                num_classes=num_classes,
+                                                pad_examples_to=config.batch_size)
+  else:
+    fed = None
+    names, ids = data_lib.group_clients(archs)
+    layout = data_lib.Layout(names, ids, tuple(map(len, ids)), len(archs),
+                             data_lib.DATASETS[config.data.name])
+  rt = loop.make_runtime(config, layout, None)
+  algorithm = SPECS[config.algorithm].build(config, rt)
+  if algorithm.protocol is None:
+    raise ValueError(f"algorithm {config.algorithm!r} has no protocol to deploy")
+  return Federation(config, rt, algorithm, fed, archs)
+
+
+# ---------------------------------------------------------------- the wire format
+def encode(tree: PyTree) -> list[np.ndarray]:
+  """A pytree as the flat list of numpy arrays that crosses the wire."""
+  return [np.asarray(a) for a in jax.tree.leaves(tree)]
+
+
+def decode(arrays: Sequence[np.ndarray], like: PyTree) -> PyTree:
+  """Inverse of ``encode`` against a structure ``like`` (arrays or ShapeDtypeStructs).
+
+  Raises:
+    ValueError: wrong number of arrays, or a shape or dtype that differs from ``like``.
+  """
+  leaves, treedef = jax.tree.flatten(like)
+  if len(arrays) != len(leaves):
+    raise ValueError(f"received {len(arrays)} arrays; expected {len(leaves)}")
+  out = []
+  for k, (a, ref) in enumerate(zip(arrays, leaves)):
+    a = np.asarray(a)
+    if a.shape != tuple(ref.shape) or a.dtype != ref.dtype:
+      raise ValueError(f"array {k}: got {a.dtype}{list(a.shape)}, expected "
+                       f"{ref.dtype}{list(ref.shape)}")
+    out.append(a)
+  return jax.tree.unflatten(treedef, out)
+
+
+def num_scalars(arrays: Sequence[np.ndarray]) -> int:
+  """Parameters (scalars) in a list of arrays: how communication is counted."""
+  return int(sum(np.asarray(a).size for a in arrays))
+
+
+def key_to_bytes(key: jax.Array) -> bytes:
+  """A raw uint32 PRNG key as bytes (Flower config values are scalars or bytes)."""
+  return np.asarray(key, np.uint32).tobytes()
+
+
+def key_from_bytes(raw: bytes) -> jax.Array:
+  """Inverse of ``key_to_bytes``."""
+  return jnp.asarray(np.frombuffer(raw, np.uint32))
+
+
+def abstract_server(fed: Federation) -> PyTree:
+  """Shapes of the server state."""
+  return jax.eval_shape(fed.protocol.init_server, jax.random.PRNGKey(fed.config.seed))
+
+
+def abstract_client(fed: Federation, group: int) -> PyTree:
+  """Shapes of one client's state in ``group``."""
+  return jax.eval_shape(functools.partial(fed.protocol.init_client, group),
+                        jax.random.PRNGKey(0))
+
+
+def abstract_payload(fed: Federation, group: int) -> PyTree:
+  """Shapes of what the server sends a client of ``group``."""
+  return jax.eval_shape(lambda s: fed.protocol.downlink(s, group), abstract_server(fed))
+
+
+def abstract_upload(fed: Federation, group: int) -> PyTree:
+  """Shapes of what a client of ``group`` sends."""
+  b = fed.runtime.batch_size
+  dummy = ClientData(np.zeros((b, 32, 32, 3), np.uint8), np.zeros((b,), np.int32),
+                     *([np.zeros((b,), np.int32), np.zeros((b,), bool)] * 2))
+  return jax.eval_shape(
+      lambda c, p, d, k: fed.protocol.client_update(group, c, p, d, d.train_idx,
+                                                    d.train_mask, k)[1],
+      abstract_client(fed, group), abstract_payload(fed, group), dummy,
+      jax.random.PRNGKey(0))
+
+
+def on_device(abstract: PyTree) -> PyTree:
+  """``abstract`` with every leaf placed on the first local device (orbax restores)."""
+  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                      abstract)
+
+
+def fingerprint(fed: Federation) -> dict:
+  """The config values that define a deployment's results (as the simulator's)."""
+  return loop.fingerprint(fed)
+
+
+# ---------------------------------------------------------------- the client
+class ClientNode:
+  """One client of a deployment: its private state, its data, its checkpoints.
+
+  Args:
+    fed: the federation (only its protocol, runtime and config are used).
+    client_id: this client's id (its architecture group follows from the layout).
+    data: the client's own examples (``Federation.client_data`` or
+      ``ClientData.from_arrays``).
+    workdir: where this client checkpoints its state (``<workdir>/checkpoints``); None
+      keeps nothing on disk.
+    keep: client checkpoints kept.
+  """
+
+  def __init__(self, fed: Federation, client_id: int, data: ClientData,
+               workdir: str | None = None, *, keep: int = 3):
+    self.fed, self.client_id, self.data = fed, client_id, data
+    self.group, self.position = fed.runtime.layout.group_of(client_id)
+    g, proto = self.group, fed.protocol
+    self._abstract = abstract_client(fed, g)
+    self.payload_like = abstract_payload(fed, g)
+    self._update = jax.jit(lambda c, p, d, k: proto.client_update(
+        g, c, p, d, d.train_idx, d.train_mask, k))
+    self._evaluate = jax.jit(lambda c, p, d: cl.evaluate_client(
+        proto.predict(g, c, p), d.x, d.y, d.test_idx, d.test_mask,
+        batch_size=fed.runtime.batch_size, dtype=fed.runtime.compute_dtype))
+    self._ckpt = None
+    if workdir:
+      self._ckpt = ckpt_lib.Checkpointer(
+          os.path.join(os.path.abspath(workdir), "checkpoints"), max_to_keep=keep,
+          fingerprint=dict(fingerprint(fed), client_id=client_id))
+    self.state, self.state_round = self._restore(None)
+
+  def _initial(self):
+    key = jax.random.PRNGKey(self.fed.config.seed)
+    padded = self.fed.runtime.layout.padded_sizes[self.group]
+    return jax.jit(functools.partial(self.fed.protocol.init_client, self.group))(
+        base.client_init_keys(key, self.group, padded)[self.position])
+
+  def _restore(self, before: int | None):
+    """(state, round it was produced at): the newest checkpoint before ``before``."""
+    if self._ckpt is not None:
+      for step in self._ckpt.steps():
+        if before is not None and step >= before:
+          self._ckpt.manager.delete(step)  # ahead of the server: rolled back
+      restored = self._ckpt.restore_latest(on_device(self._abstract))
+      if restored is not None:
+        return restored[0], int(restored[1]["round"])
+    return self._initial(), 0
+
+  def warmup(self) -> None:
+    """Compiles the local round and the evaluation (a zero payload; results dropped)."""
+    zeros = encode(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), self.payload_like))
+    payload = decode(zeros, self.payload_like)
+    jax.block_until_ready(self._update(self.state, payload, self.data,
+                                       jax.random.PRNGKey(0)))
+    jax.block_until_ready(self._evaluate(self.state, payload, self.data))
+
+  def fit(self, round_: int, payload: Sequence[np.ndarray], key: jax.Array
+          ) -> tuple[list[np.ndarray], int, dict]:
+    """Trains round ``round_`` from the server's payload; returns (upload, weight, aux).
+
+    The new state is checkpointed before anything is returned, so whatever the server
+    aggregates, this client can restore.
+    """
+    if self.state_round >= round_:
+      self.state, self.state_round = self._restore(round_)
+    state, upload, aux = self._update(self.state, decode(payload, self.payload_like),
+                                      self.data, key)
+    self.state, self.state_round = state, round_
+    if self._ckpt is not None:
+      self._ckpt.save(round_, state, {"round": round_})
+    return encode(upload), self.data.num_train, {k: float(v) for k, v in aux.items()}
+
+  def evaluate(self, payload: Sequence[np.ndarray]) -> tuple[int, int]:
+    """(correct, total) of this client's personalized model on its test split."""
+    correct, total = self._evaluate(self.state, decode(payload, self.payload_like),
+                                    self.data)
+    return int(correct), int(total)
+
+  def close(self) -> None:
+    if self._ckpt is not None:
+      self._ckpt.close()
+
+
+# ---------------------------------------------------------------- the server
+class ServerNode:
+  """The server of a deployment: its state, the round's draw, aggregation, checkpoints.
+
+  Args:
+    fed: the federation.
+    workdir: where the server checkpoints (``<workdir>/checkpoints``).
+    keep: checkpoints kept.
+  """
+
+  def __init__(self, fed: Federation, workdir: str, *, keep: int = 2):
+    self.fed, proto, rt = fed, fed.protocol, fed.runtime
+    self.workdir = os.path.abspath(workdir)
+    os.makedirs(self.workdir, exist_ok=True)
+    self.ckpt = ckpt_lib.Checkpointer(os.path.join(self.workdir, "checkpoints"),
+                                      max_to_keep=keep, fingerprint=fingerprint(fed))
+    rng = jax.random.PRNGKey(fed.config.seed)
+    abstract = State(jax.ShapeDtypeStruct((), jnp.int32),
+                     jax.eval_shape(lambda: rng), (), abstract_server(fed))
+    restored = self.ckpt.restore_latest(on_device(abstract))
+    if restored is None:
+      self.state = State(jnp.zeros((), jnp.int32), rng, (), jax.jit(proto.init_server)(rng))
+      self.meta = {}
+    else:
+      self.state, self.meta = restored
+    self.groups = range(rt.layout.num_groups)
+    self._downlink = [jax.jit(functools.partial(lambda s, g: proto.downlink(s, g), g=g))
+                      for g in self.groups]
+    self.upload_like = [abstract_upload(fed, g) for g in self.groups]
+    self._aggregate = jax.jit(proto.aggregate)
+    self._server_data = None
+    if proto.server_data is not None:
+      if fed.data is None:
+        raise ValueError(f"the {fed.config.algorithm} server needs data of its own (e.g. "
+                         "Moss's public set): prepare_federation(config, with_data=True)")
+      placed = fed.data.replace(x=jnp.asarray(fed.data.x), y=jnp.asarray(fed.data.y))
+      self._server_data = jax.jit(proto.server_data)(placed, rng)
+
+  @property
+  def round(self) -> int:
+    """Rounds completed."""
+    return int(self.state.round)
+
+  def payload(self, group: int) -> list[np.ndarray]:
+    """What the server sends a client of ``group`` now."""
+    return encode(self._downlink[group](self.state.server))
+
+  def draw(self) -> dict[int, tuple[int, jax.Array]]:
+    """The clients of the next round: {client_id: (slot order, training key)}.
+
+    The same clients and keys the simulator's round draws (``base.group_draw``).
+    """
+    layout = self.fed.runtime.layout
+    sample_key, train_key = base.keys_of_round(self.state.rng, self.state.round)
+    out, order = {}, 0
+    for g in self.groups:
+      idx, keys = base.group_draw(self.fed.runtime, g, sample_key, train_key)
+      for slot, pos in enumerate(np.asarray(idx)):
+        if pos < layout.group_sizes[g]:
+          out[layout.client_ids[g][pos]] = (order, keys[slot])
+          order += 1
+    return out
+
+  def aggregate(self, results: dict[int, tuple[Sequence[np.ndarray], float]]) -> dict:
+    """Aggregates the uploads {client_id: (arrays, weight)} received; advances the round.
+
+    Uploads are stacked per group in draw order; a group nobody uploaded for gets one
+    zero-weight row (so it contributes nothing).
+
+    Returns:
+      the protocol's own metrics as Python values.
+    """
+    layout = self.fed.runtime.layout
+    order = self.draw()
+    uploads, weights = [], []
+    for g in self.groups:
+      ids = sorted((c for c in results if layout.group_of(c)[0] == g),
+                   key=lambda c: order.get(c, (len(order), None))[0])
+      rows = [decode(results[c][0], self.upload_like[g]) for c in ids]
+      w = [float(results[c][1]) for c in ids]
+      if not rows:
+        rows, w = [jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), self.upload_like[g])], [0.0]
+      uploads.append(jax.tree.map(lambda *a: np.stack(a), *rows))
+      weights.append(np.asarray(w, np.float32))
+    _, train_key = base.keys_of_round(self.state.rng, self.state.round)
+    server, metrics = self._aggregate(self.state.server, tuple(uploads), tuple(weights),
+                                      train_key, self._server_data)
+    self.state = self.state.replace(round=self.state.round + 1, server=server)
+    return {k: np.asarray(v).tolist() for k, v in metrics.items()}
+
+  def save(self, meta: dict) -> None:
+    """Checkpoints the state at the current round with ``meta``."""
+    self.meta = dict(meta, round=self.round)
+    self.ckpt.save(self.round, self.state, self.meta)
+
+  def close(self) -> None:
+    self.ckpt.close()

@@ -1,0 +1,241 @@
+"""Every algorithm's wire protocol: the simulator's round, cut at the wire, run as a deployment.
+
+A deployment (``fedjax_het.deploy``) calls ``Algorithm.protocol`` in separate processes:
+each client holds only its own examples and state, the server only the server state.
+Here one round is run that way, in one process, and compared with the simulator's
+compiled ``round`` and ``evaluate``; small hand-computed cases check aggregation rules.
+"""
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import clients as cl
+from fedjax_het import models
+from fedjax_het.algorithms import SPECS, base, fedavg, fedkd, moss, standalone
+from fedjax_het.data.federated import Layout
+from fedjax_het.models.registry import ArchSpec
+from fedjax_het.training import loop
+
+SMALL_SHARED = {"algo.small_arch": "tiny", "algo.rep_dim": 16}
+OVERRIDES = {  # keep every model tiny; the default (none) suits the rest
+    "fedmrl": {"algo.small_arch": "tiny", "algo.d1": 16},
+    "fedmoe": {"algo.global_arch": "tiny", "algo.gating_hidden": 8},
+    "fml": SMALL_SHARED,
+    "fedkd": {**SMALL_SHARED, "algo.svd_energy": 0.9},
+    "fedapen": SMALL_SHARED,
+    "moss": {"algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
+             "algo.wire_layers": "conv2,rep"},
+}
+# The simulator maps the sampled clients inside one program (blocks of a device-sharded
+# client axis) and its server contractions run over slots padded with zero-weight rows;
+# a deployment jits one client at a time and stacks only the real uploads. XLA may order
+# the float sums differently, so the two agree to rounding, not bit for bit.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+class OwnData(NamedTuple):
+  """What a deployed client holds: its own examples only (no pool, no other client)."""
+  x: np.ndarray  # uint8 [n_max, 32, 32, 3], zeros past its real examples
+  y: np.ndarray  # int32 [n_max]
+
+
+def own_data(data, idx, mask):
+  """A client's examples gathered from the pool and its table remapped into them.
+
+  Everything here and below is host numpy, as in a client's process (and eager
+  indexing of arrays sharded over the 4 test devices is avoided).
+
+  Args:
+    data: the pooled ``FederatedData`` (host).
+    idx, mask: int32 / bool [n_max] the client's table (real entries first).
+
+  Returns:
+    (``OwnData``, local idx int32 [n_max], mask): the table keeps its length, so the
+    shuffles of local SGD draw the same orders as in the simulator.
+  """
+  x = np.where(mask[:, None, None, None], data.x[idx], 0).astype(data.x.dtype)
+  y = np.where(mask, data.y[idx], 0).astype(data.y.dtype)
+  return OwnData(x, y), np.where(mask, np.arange(len(idx)), 0).astype(idx.dtype), mask
+
+
+def row(tree, j):
+  """Client j's state out of a group's stacked state."""
+  return jax.tree.map(lambda a: a[j], tree)
+
+
+def set_row(tree, j, value):
+  """A group's stacked state with client j's state replaced (host copies)."""
+  def put(a, v):
+    a = np.array(a)
+    a[j] = v
+    return a
+  return jax.tree.map(put, tree, value)
+
+
+def stack(trees):
+  """Uploads of one group stacked on a new leading client axis."""
+  return jax.tree.map(lambda *a: np.stack(a), *trees)
+
+
+def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol)
+
+
+@pytest.fixture(autouse=True)
+def threefry_keys():
+  """The default (threefry) PRNG, as in a real run, instead of conftest's 'rbg'.
+
+  With 'rbg', random bits drawn under ``vmap`` differ from the same draws one key at a
+  time, so neither a client's ``init_client`` nor the shuffles of a client trained alone
+  would reproduce the simulator's batched ones; threefry draws are the same either way.
+  """
+  previous = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "threefry2x32")
+  yield
+  jax.config.update("jax_default_prng_impl", previous)
+
+
+@pytest.fixture
+def experiment(tiny_config, monkeypatch):
+  """``make(name) -> loop.Experiment``: 8 clients in two tiny groups (one for FedAvg),
+  half of each group sampled per round (so padding slots and sampling matter)."""
+  monkeypatch.setitem(models.ARCHITECTURES, "tiny2", ArchSpec((4, 6), (24,)))
+
+  def make(name):
+    archs = "tiny" if SPECS[name].homogeneous_only else "tiny,tiny2"
+    overrides = {**OVERRIDES.get(name, {}), "participation": 0.5}
+    return loop.prepare(tiny_config(name, archs, overrides))
+  return make
+
+
+def deployed_round(rt, proto, state, data):
+  """One round as a deployment runs it: per client ``client_update`` on its own data,
+  then the server's ``aggregate`` of the stacked real uploads.
+
+  Args:
+    rt, proto: the runtime and protocol.
+    state, data: host copies (``jax.device_get``) of the state and the pooled data.
+
+  Returns:
+    the new ``State``.
+  """
+  sample_key, train_key = base.keys_of_round(state.rng, state.round)
+  update = jax.jit(proto.client_update, static_argnums=0)
+  clients, uploads, weights = list(state.clients), [], []
+  for g, index in enumerate(data.groups):
+    payload = proto.downlink(state.server, g)
+    positions, keys = base.group_draw(rt, g, sample_key, train_key)
+    sent, counts = [], []
+    for p, key in zip(np.asarray(positions), keys):
+      if p >= rt.layout.group_sizes[g]:
+        continue  # a padding slot of the simulator: no client
+      own, idx, mask = own_data(data, index.train_idx[p], index.train_mask[p])
+      new, upload, _ = update(g, row(state.clients[g], p), payload, own, idx, mask, key)
+      clients[g] = set_row(clients[g], p, new)
+      sent.append(upload)
+      counts.append(index.num_train[p])
+    uploads.append(stack(sent))
+    weights.append(np.asarray(counts, np.float32))
+  server_data = jax.jit(proto.server_data)(data, state.rng) if proto.server_data else None
+  server, _ = jax.jit(proto.aggregate)(state.server, tuple(uploads), tuple(weights),
+                                       train_key, server_data)
+  return state.replace(round=state.round + 1, clients=tuple(clients), server=server)
+
+
+def deployed_test_counts(rt, proto, state, data):
+  """Per group (correct [n_g], total [n_g]) of ``predict`` with the downlink, one real
+  client at a time on its own test examples."""
+  def count(g, client, payload, own, idx, mask):
+    return cl.evaluate_client(proto.predict(g, client, payload), own.x, own.y, idx, mask,
+                              batch_size=rt.batch_size, dtype=rt.compute_dtype)
+  count = jax.jit(count, static_argnums=0)
+  out = []
+  for g, index in enumerate(data.groups):
+    payload = proto.downlink(state.server, g)
+    per_client = [count(g, row(state.clients[g], j), payload,
+                        *own_data(data, index.test_idx[j], index.test_mask[j]))
+                  for j in range(rt.layout.group_sizes[g])]
+    out.append(tuple(np.array(v) for v in zip(*per_client)))
+  return out
+
+
+def assert_init_matches(rt, proto, rng, state):
+  """``init_client`` with a client's key = its row of ``state.clients``; same for the
+  server (bit for bit: the simulator ``vmap``s the very same function)."""
+  init_client = jax.jit(proto.init_client, static_argnums=0)
+  for g in range(rt.layout.num_groups):
+    keys = base.client_init_keys(rng, g, rt.layout.padded_sizes[g])
+    for j in {0, rt.layout.group_sizes[g] - 1}:
+      assert_trees_close(init_client(g, keys[j]), row(state.clients[g], j), 0, 0)
+  assert_trees_close(jax.jit(proto.init_server)(rng), state.server, 0, 0)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_deployment_of_the_protocol_matches_the_simulator(experiment, name):
+  exp = experiment(name)
+  rt, alg, data = exp.runtime, exp.algorithm, exp.data
+  init, _, evaluate, _ = loop.compile_fns(exp)
+  rng = jax.random.PRNGKey(0)
+  state = init(rng)
+  host, host_data = jax.device_get((state, data))
+  assert_init_matches(rt, alg.protocol, rng, host)
+  # one round: every sampled client alone on its own data, then the server
+  simulated, _ = jax.jit(alg.round)(state, data)
+  deployed = deployed_round(rt, alg.protocol, host, host_data)
+  assert int(deployed.round) == int(simulated.round) == 1
+  assert_trees_close(deployed.clients, simulated.clients)
+  assert_trees_close(deployed.server, simulated.server)
+  # predict with the downlink = the simulator's evaluate, client by client
+  expected = evaluate(deployed, data)
+  counts = deployed_test_counts(rt, alg.protocol, deployed, host_data)
+  for g, (correct, total) in enumerate(counts):
+    n = rt.layout.group_sizes[g]
+    np.testing.assert_array_equal(total, np.asarray(expected[g][1])[:n])
+    np.testing.assert_array_equal(correct, np.asarray(expected[g][0])[:n])
+
+
+def one_group_runtime(arch="tiny", clients=2):
+  """A runtime of one group of ``clients`` clients (no data needed)."""
+  layout = Layout((arch,), (tuple(range(clients)),), (clients,), clients, 10)
+  return base.Runtime(layout)
+
+
+def test_fedavg_aggregate_weights_by_train_examples():
+  proto = fedavg.fedavg(one_group_runtime(), learning_rate=0.1).protocol
+  uploads = ({"w": jnp.array([[1.0, 2.0], [4.0, 6.0]])},)
+  server, metrics = proto.aggregate({"w": jnp.zeros(2)}, uploads, (jnp.array([1.0, 3.0]),),
+                                    jax.random.PRNGKey(0), None)
+  np.testing.assert_allclose(server["w"], [3.25, 5.0])  # (1*1 + 3*4)/4, (1*2 + 3*6)/4
+  assert metrics == {}
+  assert proto.downlink(server, 0) is server  # the global model goes down whole
+
+
+def test_standalone_sends_nothing_and_the_server_keeps_nothing():
+  proto = standalone.standalone(one_group_runtime(), learning_rate=0.1).protocol
+  server = proto.init_server(jax.random.PRNGKey(0))
+  assert server == () and proto.downlink(server, 0) == ()
+  assert proto.aggregate(server, ((),), (jnp.ones(2),), None, None) == ((), {})
+
+
+def test_fedkd_server_adds_the_mean_update_and_counts_the_downlink():
+  proto = fedkd.fedkd(one_group_runtime(), learning_rate=0.1, svd_energy=0.0).protocol
+  theta = {"b": jnp.array([1.0, 1.0])}
+  updates = ({"b": jnp.array([[2.0, 0.0], [0.0, 4.0]])},)
+  server, metrics = proto.aggregate(theta, updates, (jnp.array([1.0, 1.0]),),
+                                    jax.random.PRNGKey(0), None)
+  np.testing.assert_allclose(server["b"], [2.0, 3.0])  # 1 + (2 + 0)/2, 1 + (0 + 4)/2
+  assert float(metrics["downlink_params"]) == 2.0  # uncompressed: both scalars
+
+
+def test_moss_type_without_uploads_keeps_its_model():
+  previous = {"w": jnp.array([5.0, -1.0])}
+  uploads = {"w": jnp.array([[1.0, 2.0], [3.0, 4.0]])}
+  kept = moss.type_average(uploads, jnp.zeros(2), previous)
+  np.testing.assert_array_equal(kept["w"], [5.0, -1.0])  # all weights 0: not zeros
+  mean = moss.type_average(uploads, jnp.array([3.0, 1.0]), previous)
+  np.testing.assert_allclose(mean["w"], [1.5, 2.5])  # (3*1 + 3)/4, (3*2 + 4)/4
