@@ -22,6 +22,14 @@ import pytest  # noqa: E402
 from fedjax_het import config as config_lib  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def fresh_trace_counts():
+  """``chex.assert_max_traces`` counts traces per function source across a worker's
+  tests; algorithms sharing a round (``fedavg.average_round``) must not add up."""
+  import chex
+  chex.clear_trace_counter()
+
+
 @pytest.fixture(scope="session")
 def synthetic_npz(tmp_path_factory):
   """A small learnable CIFAR-shaped dataset saved as npz (600 train + 200 test)."""

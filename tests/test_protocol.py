@@ -1,4 +1,4 @@
-"""Every algorithm's wire protocol: the simulator's round, cut at the wire, run as a deployment.
+"""Each algorithm's protocol, run the way a deployment runs it, against the simulator.
 
 A deployment (``fedjax_het.deploy``) calls ``Algorithm.protocol`` in separate processes:
 each client holds only its own examples and state, the server only the server state.
@@ -32,7 +32,8 @@ OVERRIDES = {  # keep every model tiny; the default (none) suits the rest
 # The simulator maps the sampled clients inside one program (blocks of a device-sharded
 # client axis) and its server contractions run over slots padded with zero-weight rows;
 # a deployment jits one client at a time and stacks only the real uploads. XLA may order
-# the float sums differently, so the two agree to rounding, not bit for bit.
+# the float sums differently, so the two agree to rounding (about 1e-7 here), not bit for
+# bit.
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -81,29 +82,41 @@ def stack(trees):
 
 
 def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
+  """Same structure and every leaf within tolerance (0, 0: equal)."""
   assert jax.tree.structure(actual) == jax.tree.structure(expected)
   for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol)
 
 
-@pytest.fixture(autouse=True)
-def threefry_keys():
-  """The default (threefry) PRNG, as in a real run, instead of conftest's 'rbg'.
+@pytest.fixture
+def vmap_invariant_prng():
+  """Threefry keys, whose draws under ``vmap`` equal the same draws one key at a time.
 
-  With 'rbg', random bits drawn under ``vmap`` differ from the same draws one key at a
-  time, so neither a client's ``init_client`` nor the shuffles of a client trained alone
-  would reproduce the simulator's batched ones; threefry draws are the same either way.
+  conftest's 'rbg' lacks that property: with it neither a client's ``init_client`` nor
+  the shuffles of a client trained alone would reproduce the simulator's batched ones.
+  The non-partitionable threefry layout (JAX's default until 0.5) compiles twice as fast
+  on CPU as the partitionable one and is vmap-invariant too.
   """
-  previous = jax.config.jax_default_prng_impl
-  jax.config.update("jax_default_prng_impl", "threefry2x32")
-  yield
-  jax.config.update("jax_default_prng_impl", previous)
+  with jax.default_prng_impl("threefry2x32"), jax.threefry_partitionable(False):
+    yield
+
+
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_threefry_draws_the_same_batched_or_not(partitionable):
+  def draw(key):
+    return jax.random.normal(jax.random.split(key)[1], (3,))
+  with jax.threefry_partitionable(partitionable):
+    keys = jax.random.split(jax.random.key(0, impl="threefry2x32"), 4)
+    np.testing.assert_array_equal(jax.vmap(draw)(keys), np.stack([draw(k) for k in keys]))
 
 
 @pytest.fixture
 def experiment(tiny_config, monkeypatch):
-  """``make(name) -> loop.Experiment``: 8 clients in two tiny groups (one for FedAvg),
-  half of each group sampled per round (so padding slots and sampling matter)."""
+  """``make(name) -> loop.Experiment`` of 8 clients with tiny models.
+
+  Two architecture groups (one for FedAvg); half of each group is sampled per round, so
+  sampling and the simulator's padding slots matter.
+  """
   monkeypatch.setitem(models.ARCHITECTURES, "tiny2", ArchSpec((4, 6), (24,)))
 
   def make(name):
@@ -114,8 +127,10 @@ def experiment(tiny_config, monkeypatch):
 
 
 def deployed_round(rt, proto, state, data):
-  """One round as a deployment runs it: per client ``client_update`` on its own data,
-  then the server's ``aggregate`` of the stacked real uploads.
+  """One round as a deployment runs it: clients alone, then the server.
+
+  Every sampled client runs ``client_update`` on its own examples only; the server
+  ``aggregate``s the real uploads stacked per group.
 
   Args:
     rt, proto: the runtime and protocol.
@@ -148,8 +163,11 @@ def deployed_round(rt, proto, state, data):
 
 
 def deployed_test_counts(rt, proto, state, data):
-  """Per group (correct [n_g], total [n_g]) of ``predict`` with the downlink, one real
-  client at a time on its own test examples."""
+  """Test counts of ``predict`` with the downlink, one client alone at a time.
+
+  Returns:
+    per group (correct float32 [n_g], total float32 [n_g]) over its real clients.
+  """
   def count(g, client, payload, own, idx, mask):
     return cl.evaluate_client(proto.predict(g, client, payload), own.x, own.y, idx, mask,
                               batch_size=rt.batch_size, dtype=rt.compute_dtype)
@@ -165,8 +183,11 @@ def deployed_test_counts(rt, proto, state, data):
 
 
 def assert_init_matches(rt, proto, rng, state):
-  """``init_client`` with a client's key = its row of ``state.clients``; same for the
-  server (bit for bit: the simulator ``vmap``s the very same function)."""
+  """``init_client``/``init_server`` give the simulator's initial state, bit for bit.
+
+  Client j of group g, from its key ``client_init_keys(rng, g, padded)[j]``, is row j of
+  ``state.clients[g]`` (the simulator ``vmap``s the very same function).
+  """
   init_client = jax.jit(proto.init_client, static_argnums=0)
   for g in range(rt.layout.num_groups):
     keys = base.client_init_keys(rng, g, rt.layout.padded_sizes[g])
@@ -176,7 +197,8 @@ def assert_init_matches(rt, proto, rng, state):
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_a_deployment_of_the_protocol_matches_the_simulator(experiment, name):
+def test_a_deployment_of_the_protocol_matches_the_simulator(experiment, vmap_invariant_prng,
+                                                           name):
   exp = experiment(name)
   rt, alg, data = exp.runtime, exp.algorithm, exp.data
   init, _, evaluate, _ = loop.compile_fns(exp)

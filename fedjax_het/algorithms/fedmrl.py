@@ -35,6 +35,7 @@ from flax import linen as nn
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.standalone import dummy_input
 
 INFERENCE = ("mix-large", "mix-small", "single-large", "single-small")
@@ -149,16 +150,7 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1:
   proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                         server_aggregate, predict)
 
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    new_theta, _ = base.aggregate_groups(proto, state, results)
-    size = base.count_params(state.server)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=size,
-                                 downlink=size)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=new_theta), metrics
-
-  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
+  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)
 
 
