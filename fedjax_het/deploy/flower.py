@@ -163,12 +163,9 @@ class HetStrategy(Strategy):
 
   def configure_fit(self, server_round, parameters, client_manager):
     layout = self.node.fed.runtime.layout
-    if not self.started:
-      self.started = True
-      wait, timeout = layout.num_clients, self.startup_timeout
-    else:
-      wait, timeout = self.min_available, self.startup_timeout
-    connected = self._connected(client_manager, wait, timeout)
+    wait = self.min_available if self.started else layout.num_clients  # all at round 1
+    self.started = True
+    connected = self._connected(client_manager, wait, self.startup_timeout)
     round_ = self.node.round + 1
     draw = self.node.draw()
     payloads = {g: ndarrays_to_parameters(self.node.payload(g)) for g in self.node.groups}
