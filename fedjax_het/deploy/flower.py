@@ -50,6 +50,7 @@ from flwr.common import (Code, EvaluateIns, FitIns, GetPropertiesIns,  # noqa: E
                          ndarrays_to_parameters, parameters_to_ndarrays)
 from flwr.server.strategy import Strategy  # noqa: E402
 
+from fedjax_het.algorithms import base  # noqa: E402
 from fedjax_het.deploy import federation as fed_lib  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
@@ -126,6 +127,9 @@ class HetStrategy(Strategy):
     self.progress = metrics_lib.Progress(config.num_rounds, node.round, log)
     self.last_accuracy: dict[int, float] = {}
     self.started = False
+    # what a client of each group receives: static shapes, counted once
+    self.payload_size = [base.count_params(fed_lib.abstract_payload(node.fed, g))
+                         for g in node.groups]
 
   # ---- helpers
   def _connected(self, client_manager, wait_for: int, timeout: float) -> dict:
@@ -145,6 +149,10 @@ class HetStrategy(Strategy):
         self.log(f"server: client {client_id} is connected twice; using one connection")
       out[client_id] = proxy
     return out
+
+  def _payloads(self) -> dict:
+    """The server's current payload of every group, as Flower parameters."""
+    return {g: ndarrays_to_parameters(self.node.payload(g)) for g in self.node.groups}
 
   def _wall(self) -> float:
     return self.wall0 + time.perf_counter() - self.t0
@@ -168,7 +176,7 @@ class HetStrategy(Strategy):
     connected = self._connected(client_manager, wait, self.startup_timeout)
     round_ = self.node.round + 1
     draw = self.node.draw()
-    payloads = {g: ndarrays_to_parameters(self.node.payload(g)) for g in self.node.groups}
+    payloads = self._payloads()
     out = []
     for client_id, (_, key) in sorted(draw.items(), key=lambda kv: kv[1][0]):
       if client_id in connected:
@@ -192,13 +200,11 @@ class HetStrategy(Strategy):
       self.log(f"server: round {round_}: {len(received)} uploads, {len(failures)} "
                f"failures; fewer than min_fit_clients={self.min_fit}: not aggregated")
       return None, {}
-    payloads = {g: self.node.payload(g) for g in self.node.groups}  # what was sent
     extra = self.node.aggregate({c: (a, w) for c, (a, w, _) in received.items()})
     ids = sorted(received)  # replies arrive in any order; sums go in client order
     layout = self.node.fed.runtime.layout
     self.up += float(np.mean([fed_lib.num_scalars(received[c][0]) for c in ids]))
-    self.down += float(np.mean([fed_lib.num_scalars(payloads[layout.group_of(c)[0]])
-                                for c in ids]))
+    self.down += float(np.mean([self.payload_size[layout.group_of(c)[0]] for c in ids]))
     losses = [received[c][2].get("loss", math.nan) for c in ids]
     self.pending_row = {"round": round_, "train_loss": float(np.mean(losses)),
                         "clients_trained": len(received), "clients_failed": len(failures),
@@ -218,7 +224,7 @@ class HetStrategy(Strategy):
       self._finish_row({})
       return []
     layout = self.node.fed.runtime.layout
-    payloads = {g: ndarrays_to_parameters(self.node.payload(g)) for g in self.node.groups}
+    payloads = self._payloads()
     return [(proxy, EvaluateIns(payloads[layout.group_of(c)[0]], {"round": round_}))
             for c, proxy in sorted(connected.items())]
 
