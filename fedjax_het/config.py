@@ -15,25 +15,36 @@ from fedjax_het.data.sources import DATASETS
 from fedjax_het.models.registry import ARCHITECTURES, client_archs
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
+AUGMENTATIONS = ("none", "flip_crop", "flip_crop_erase")
+POOLS = ("pooled", "official")
+SHARES = ("uniform", "dirichlet")
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Defaults for every key every algorithm understands (see docs/configs.md)."""
   c = ml_collections.ConfigDict()
   c.algorithm = "standalone"
-  c.data = ml_collections.ConfigDict(dict(name="cifar10", path="", subsample=0, public=0))
+  c.data = ml_collections.ConfigDict(dict(
+      name="cifar10", path="", subsample=0, public=0, pool="pooled", validation=0,
+      augment="none"))
   c.num_clients = 10
   c.participation = 1.0
   c.num_rounds = 100
   c.local_epochs = 1
   c.batch_size = 64
+  c.drop_last = False
   c.learning_rate = 0.01
   c.momentum = 0.0
-  c.partition = ml_collections.ConfigDict(
-      dict(kind="pathological", classes_per_client=2, alpha=1.0, test_fraction=0.2))
+  c.weight_decay = 0.0
+  c.grad_clip = 0.0
+  c.reset_downloaded_momentum = True
+  c.partition = ml_collections.ConfigDict(dict(
+      kind="pathological", classes_per_client=2, shares="uniform", alpha=1.0,
+      test_fraction=0.2))
   c.models = "heterogeneous"
   c.seed = 0
   c.eval_every = 10
+  c.eval_sampled = True
   c.checkpoint_every = 50
   c.keep_checkpoints = 2
   c.runtime = ml_collections.ConfigDict(
@@ -96,6 +107,11 @@ def _check_range(key, value, lo=None, hi=None, *, lo_open=False, integer=False):
     _fail(key, value, f"must be <= {hi}")
 
 
+def _check_bool(key, value):
+  if not isinstance(value, bool):
+    _fail(key, value, "must be True or False")
+
+
 def _check_keys(prefix: str, given, allowed):
   unknown = sorted(set(given) - set(allowed))
   if unknown:
@@ -113,19 +129,30 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_choice("data.name", c.data.name, DATASETS)
   _check_range("data.subsample", c.data.subsample, 0, integer=True)
   _check_range("data.public", c.data.public, 0, integer=True)
+  _check_choice("data.pool", c.data.pool, POOLS)
+  _check_range("data.validation", c.data.validation, 0, integer=True)
+  if c.data.validation and c.data.pool != "official":
+    _fail("data.validation", c.data.validation,
+          "a validation part exists only with data.pool='official' (set it to 0)")
+  _check_choice("data.augment", c.data.augment, AUGMENTATIONS)
   _check_range("num_clients", c.num_clients, 1, integer=True)
   _check_range("participation", c.participation, 0, 1, lo_open=True)
   _check_range("num_rounds", c.num_rounds, 1, integer=True)
   _check_range("local_epochs", c.local_epochs, 1, integer=True)
   _check_range("batch_size", c.batch_size, 1, integer=True)
+  _check_bool("drop_last", c.drop_last)
   _check_range("learning_rate", c.learning_rate, 0, lo_open=True)
   _check_range("momentum", c.momentum, 0, 1)
+  _check_range("weight_decay", c.weight_decay, 0)
+  _check_range("grad_clip", c.grad_clip, 0)
+  _check_bool("reset_downloaded_momentum", c.reset_downloaded_momentum)
   _check_keys("partition.", c.partition.keys(), base.partition.keys())
   _check_choice("partition.kind", c.partition.kind, PARTITIONS)
   num_classes = DATASETS[c.data.name]
   if c.partition.kind == "pathological":
     _check_range("partition.classes_per_client", c.partition.classes_per_client, 1,
                  num_classes, integer=True)
+  _check_choice("partition.shares", c.partition.shares, SHARES)
   _check_range("partition.alpha", c.partition.alpha, 0, lo_open=True)
   _check_range("partition.test_fraction", c.partition.test_fraction, 0, 1, lo_open=True)
   client_archs(c.models, 1)  # raises, naming `models` and the valid values
@@ -134,6 +161,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
           f"choose one of {list(ARCHITECTURES)}")
   _check_range("seed", c.seed, 0, integer=True)
   _check_range("eval_every", c.eval_every, 1, integer=True)
+  _check_bool("eval_sampled", c.eval_sampled)
   _check_range("checkpoint_every", c.checkpoint_every, 0, integer=True)
   _check_range("keep_checkpoints", c.keep_checkpoints, 1, integer=True)
   _check_keys("runtime.", c.runtime.keys(), base.runtime.keys())

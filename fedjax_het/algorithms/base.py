@@ -126,8 +126,9 @@ class Spec(NamedTuple):
 
 
 def sgd_args(config) -> dict:
-  """The shared optimizer keys of a config as factory keyword arguments."""
-  return dict(learning_rate=config.learning_rate, momentum=config.momentum)
+  """The shared optimizer keys of a config as factory keyword arguments (``sgd``)."""
+  return dict(learning_rate=config.learning_rate, momentum=config.momentum,
+              weight_decay=config.weight_decay, grad_clip=config.grad_clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +327,32 @@ def client_init_keys(key: jax.Array, group: int, padded_size: int) -> jax.Array:
   return jax.random.split(jax.random.fold_in(key, group), padded_size)
 
 
-def sgd(learning_rate: float, momentum: float = 0.0) -> optax.GradientTransformation:
-  """The papers' optimizer: plain SGD (optional momentum)."""
-  return optax.sgd(learning_rate, momentum=momentum or None)
+def clip(grad_clip: float) -> optax.GradientTransformation:
+  """Clips the global gradient norm to ``grad_clip`` (0: no clipping).
+
+  As PyTorch's ``clip_grad_norm_(parameters, grad_clip)`` before ``optimizer.step()``
+  (the FedMRL authors' code clips at 50).
+  """
+  return optax.clip_by_global_norm(grad_clip) if grad_clip > 0 else optax.identity()
+
+
+def sgd(learning_rate: float, momentum: float = 0.0, weight_decay: float = 0.0,
+        grad_clip: float = 0.0) -> optax.GradientTransformation:
+  """The papers' local optimizer, as PyTorch's ``torch.optim.SGD`` runs it.
+
+  In order: the global gradient norm clipped to ``grad_clip`` (0: off), coupled L2
+  weight decay ``g + weight_decay * w`` (PyTorch's ``weight_decay``, not AdamW's
+  decoupled decay), heavy-ball momentum ``b <- momentum * b + g`` (no dampening, no
+  Nesterov), and the step ``w <- w - learning_rate * b``. The FedMRL authors' code uses
+  lr 0.01, momentum 0.9, weight decay 1e-3, clip 50.
+
+  Args:
+    learning_rate: eta.
+    momentum: 0 for plain SGD (no momentum buffer in the state).
+    weight_decay: coupled L2 coefficient (0: off).
+    grad_clip: maximum global gradient norm (0: off).
+  """
+  return optax.chain(
+      clip(grad_clip),
+      optax.add_decayed_weights(weight_decay) if weight_decay > 0 else optax.identity(),
+      optax.sgd(learning_rate, momentum=momentum or None))

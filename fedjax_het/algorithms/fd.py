@@ -40,12 +40,14 @@ DISTILL = ("ce", "mse")
 
 
 def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+       weight_decay: float = 0.0, grad_clip: float = 0.0,
        lamda: float = 1.0, distill: str = "ce") -> base.Algorithm:
   """Builds FD.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     lamda: weight of the distillation term.
     distill: the distillation loss, one of ``DISTILL``.
 
@@ -58,7 +60,7 @@ def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     raise ValueError(f"algo.distill={distill!r}; valid: {DISTILL}")
   num_classes = rt.layout.num_classes
   nets = init_models(rt, num_classes=num_classes)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net, table):
     def fn(params, model_state, batch, rng):

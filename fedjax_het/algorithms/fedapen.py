@@ -115,6 +115,7 @@ def learn_lambda(lam: jax.Array, logits_l: jax.Array, logits_g: jax.Array,
 
 
 def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+            weight_decay: float = 0.0, grad_clip: float = 0.0,
             small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
             holdout_fraction: float = 0.1, lambda_steps: int = 10,
             lambda_learning_rate: float = 1.0) -> base.Algorithm:
@@ -123,6 +124,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of both models.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     small_arch, rep_dim: architecture and representation width of the shared model.
     holdout_fraction: part of each client's train data that lambda is learned on.
     lambda_steps, lambda_learning_rate: gradient descent on lambda's logit per round.
@@ -135,7 +137,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   if not 0.0 < holdout_fraction < 1.0:
     raise ValueError(f"algo.holdout_fraction={holdout_fraction} must be in (0, 1)")
   nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):

@@ -26,13 +26,15 @@ def check_homogeneous(layout, algorithm: str) -> None:
         f"architecture such as 'cnn1'); got architectures {list(layout.archs)}")
 
 
-def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
+def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+           weight_decay: float = 0.0, grad_clip: float = 0.0
            ) -> base.Algorithm:
   """Builds FedAvg.
 
   Args:
     rt: runtime; its layout must have exactly one architecture group.
     learning_rate, momentum: local SGD (the optimizer state is reset every round).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
 
   Returns:
     ``Algorithm``; ``state.server`` holds the global params; ``state.clients[0]`` only
@@ -41,7 +43,7 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
   """
   check_homogeneous(rt.layout, "fedavg")
   nets = init_models(rt, num_classes=rt.layout.num_classes)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]

@@ -127,6 +127,7 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask):
 
 
 def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+          weight_decay: float = 0.0, grad_clip: float = 0.0,
           small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
           svd_energy: float = 0.0) -> base.Algorithm:
   """Builds FedKD.
@@ -134,6 +135,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of mentor, mentee and W_h.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     small_arch, rep_dim: architecture and representation width of the mentee.
     svd_energy: energy kept by the SVD compression of updates, in [0, 1] (0 = off;
       the paper anneals it from 0.95 to 0.98).
@@ -146,7 +148,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     raise ValueError(f"algo.svd_energy={svd_energy} must be in [0, 1] (0 = off)")
   nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   w_h = nn.Dense(fml.LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_params(g, key):
     k1, k2 = jax.random.split(key)

@@ -78,16 +78,24 @@ class FedMoENets:
     return models.classify(self.local, params["local"], mixed), model_state
 
 
-def optimizer(learning_rate: float, gating_learning_rate: float, momentum: float = 0.0):
-  """SGD with eta_omega for both experts and the header, eta_phi for the gate."""
-  return optax.multi_transform(
-      {"model": base.sgd(learning_rate, momentum),
-       "gate": base.sgd(gating_learning_rate, momentum)},
-      lambda params: {k: jax.tree.map(lambda _: "gate" if k == "gate" else "model", v)
-                      for k, v in params.items()})
+def optimizer(learning_rate: float, gating_learning_rate: float, momentum: float = 0.0,
+              weight_decay: float = 0.0, grad_clip: float = 0.0):
+  """SGD with eta_omega for both experts and the header, eta_phi for the gate.
+
+  The gradient norm is clipped over all parameters at once (as PyTorch's
+  ``clip_grad_norm_`` over the model), before the per-block SGD.
+  """
+  return optax.chain(
+      base.clip(grad_clip),
+      optax.multi_transform(
+          {"model": base.sgd(learning_rate, momentum, weight_decay),
+           "gate": base.sgd(gating_learning_rate, momentum, weight_decay)},
+          lambda params: {k: jax.tree.map(lambda _: "gate" if k == "gate" else "model", v)
+                          for k, v in params.items()}))
 
 
 def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+           weight_decay: float = 0.0, grad_clip: float = 0.0,
            gating_learning_rate: float = 0.01, gating_hidden: int = 64,
            global_arch: str = "cnn5") -> base.Algorithm:
   """Builds FedMoE.
@@ -96,6 +104,7 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate: eta_omega, for theta, omega_k.
     momentum: SGD momentum (0 in the paper).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     gating_learning_rate: eta_phi, for the gate.
     gating_hidden: m, the width of the gate's hidden layer.
     global_arch: architecture whose extractor is the global expert.
@@ -108,7 +117,7 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   nets = [FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
                      num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
           for arch in rt.layout.archs]
-  opt = optimizer(learning_rate, gating_learning_rate, momentum)
+  opt = optimizer(learning_rate, gating_learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):

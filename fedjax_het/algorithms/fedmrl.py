@@ -90,7 +90,8 @@ class FedMRLNets:
     return large if inference == "mix-large" else small
 
 
-def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1: int = 100,
+def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+           weight_decay: float = 0.0, grad_clip: float = 0.0, d1: int = 100,
            small_arch: str = "cnn5", m_lc: float = 1.0, m_hf: float = 1.0,
            use_mrl: bool = True, inference: str = "mix-large") -> base.Algorithm:
   """Builds FedMRL.
@@ -98,6 +99,7 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1:
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD for theta, omega_k and phi_k alike.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     d1: representation width of the shared small model (paper: 100..500).
     small_arch: architecture of the shared small model (CNN-5 in the paper).
     m_lc, m_hf: loss weights of Eq. (3).
@@ -114,7 +116,7 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0, d1:
     raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
                      use_mrl=use_mrl, dtype=rt.compute_dtype) for arch in rt.layout.archs]
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):

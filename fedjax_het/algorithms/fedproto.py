@@ -153,12 +153,14 @@ def table_round(rt: base.Runtime, proto: base.Protocol, width: int):
 
 
 def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+             weight_decay: float = 0.0, grad_clip: float = 0.0,
              lamda: float = 1.0, inference: str = "prototype") -> base.Algorithm:
   """Builds FedProto.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     lamda: weight of the prototype MSE term.
     inference: one of ``INFERENCE``.
 
@@ -174,7 +176,7 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   width = nets[0].rep_dim
   if any(n.rep_dim != width for n in nets):
     raise ValueError("fedproto needs one representation width across architectures")
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net, protos):
     def fn(params, model_state, batch, rng):

@@ -159,6 +159,7 @@ def private_predict(nets: list) -> Callable:
 
 
 def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+        weight_decay: float = 0.0, grad_clip: float = 0.0,
         alpha: float = 0.5, beta: float = 0.5, small_arch: str = "cnn5",
         rep_dim: int = LOCAL_REP_DIM) -> base.Algorithm:
   """Builds FML.
@@ -166,6 +167,7 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of both models.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     alpha: CE weight of the private model's loss (1 - alpha on KL from the meme).
     beta: CE weight of the meme's loss (1 - beta on KL from the private model).
     small_arch, rep_dim: architecture and representation width of the meme.
@@ -178,7 +180,7 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     if not 0.0 <= v <= 1.0:
       raise ValueError(f"algo.{name}={v} must be in [0, 1]")
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):

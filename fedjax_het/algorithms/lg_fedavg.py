@@ -35,13 +35,15 @@ from fedjax_het.algorithms.standalone import (classifier_loss, dummy_input, init
                                               private_client_init)
 
 
-def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
+def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+              weight_decay: float = 0.0, grad_clip: float = 0.0
               ) -> base.Algorithm:
   """Builds LG-FedAvg.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD over extractor and header.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
 
   Returns:
     ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` whose params
@@ -49,7 +51,7 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
     {'fc': {'kernel': [500, C], 'bias': [C]}}.
   """
   nets = init_models(rt, num_classes=rt.layout.num_classes)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]

@@ -94,6 +94,7 @@ def largest_arch(archs, num_classes: int) -> str:
 
 
 def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+         weight_decay: float = 0.0, grad_clip: float = 0.0,
          proxy_arch: str = "auto", aggregation: str = "file", mapping: str = "wire",
          public_size: int = 500, public_batch: int = 50, wire_steps: int = 10,
          wire_lr: float = 0.01, meta_lr: float = 1e-3, beta: float = 0.5,
@@ -103,6 +104,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   Args:
     rt: runtime (groups by architecture = device types).
     learning_rate, momentum: local SGD (optimizer state reset every round, as FedAvg).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     proxy_arch: architecture of the proxies; 'auto' = the largest device architecture.
     aggregation: 'file' (fidelity-weighted) or 'uniform'.
     mapping: 'wire' or 'naive' (slice copy).
@@ -131,7 +133,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   applies = [lambda p, x, n=n: n.apply({"params": p}, x) for n in nets]
   proxy_apply = lambda p, x: proxy_net.apply({"params": p}, x)
   layers = tuple(s.strip() for s in wire_layers.split(",") if s.strip())
-  opt, meta_opt = base.sgd(learning_rate, momentum), optax.adam(meta_lr)
+  opt, meta_opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip), optax.adam(meta_lr)
   G = layout.num_groups
 
   def init_params(net, key):

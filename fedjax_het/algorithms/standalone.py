@@ -43,20 +43,22 @@ def private_client_init(nets, opt):
   return init_client
 
 
-def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0
+def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+               weight_decay: float = 0.0, grad_clip: float = 0.0
                ) -> base.Algorithm:
   """Builds Standalone.
 
   Args:
     rt: runtime (groups, participation C, local epochs, batch size, devices).
     learning_rate, momentum: local SGD.
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
 
   Returns:
     ``Algorithm``; ``state.clients[g]`` is a ``ClientState`` with the private params of
     group g stacked [n_g, ...]; ``state.server`` is empty.
   """
   nets = init_models(rt, num_classes=rt.layout.num_classes)
-  opt = base.sgd(learning_rate, momentum)
+  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def client_update(g, client, payload, data, idx, mask, key):
     del payload  # nothing is downloaded
