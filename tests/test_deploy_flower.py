@@ -55,7 +55,6 @@ class Federation:
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
                FEDJAX_HET_DATA=os.path.abspath(DATA))
     env.pop("JAX_DEFAULT_PRNG_IMPL", None)  # JAX's default keys, as users run
-    env.pop("XLA_FLAGS", None)
     address = f"--address=127.0.0.1:{port}"
     self._start("server", [f"{ROOT}/experiments/flower_server.py", *CONFIG, address,
                            f"--workdir={self.root}/server", *server_flags], env)
