@@ -229,8 +229,7 @@ def client_trainer(problem: ClientProblem, group: int, rt) -> Callable:
   def train(client, server, x, y, idx, mask, key):
     params, model_state, opt_state = problem.start(client, server)
     r = cl.local_train(loss_fn, problem.optimizer, params, model_state, opt_state, x, y,
-                       idx, mask, key, epochs=rt.local_epochs, batch_size=rt.batch_size,
-                       dtype=rt.compute_dtype)
+                       idx, mask, key, **rt.train_options())
     return problem.finish(client, r.params, r.model_state, r.opt_state)
 
   return train

@@ -3,7 +3,8 @@
 A group holds the clients of one architecture with their state stacked on a leading
 client axis. One round of a group is:
 
-1. ``sample_clients``: which clients of the group take part (pure in (key, round)).
+1. ``group_counts`` and ``sample_clients``: which clients of the group take part (pure
+   in (key, round)); K = round(C * N) clients over all groups.
 2. ``gather_clients``: their state and data index tables, ``[m, ...]``.
 3. ``map_clients(local_train, ...)``: every sampled client runs ``local_epochs`` epochs of
    minibatch SGD, ``jax.vmap``-ed over clients (accelerators) or looped inside the
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_het.data.augment import augment as augment_batch
 from fedjax_het.models.preprocess import normalize
 
 PyTree = Any
@@ -58,31 +60,78 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.
   return masked_mean(losses, mask)
 
 
-def num_sampled(group_size: int, participation: float) -> int:
-  """Clients of a group that take part in a round: round(C * n), at least 1."""
-  return max(1, min(group_size, int(round(participation * group_size))))
+def num_sampled(num_clients: int, participation: float) -> int:
+  """K = round(C * N) clients take part in a round (at least 1), as the papers sample."""
+  return max(1, min(num_clients, int(round(participation * num_clients))))
 
 
-def sample_clients(key: jax.Array, group_size: int, num: int, num_slots: int) -> jax.Array:
+def group_quotas(group_sizes: tuple[int, ...], participation: float
+                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+  """Each group's sure share of the K clients and its fractional remainder.
+
+  Group g's expected count is ``K * n_g / N``: its integer part is drawn every round,
+  and the K - sum(floors) remaining clients go to groups drawn per round with
+  probability equal to their fractional parts (``group_counts``), so every client is
+  sampled with probability K / N and every round samples exactly K.
+
+  Returns:
+    (floors, fractions) per group.
+  """
+  n = sum(group_sizes)
+  k = num_sampled(n, participation)
+  expected = [k * s / n for s in group_sizes]
+  floors = tuple(int(e + 1e-9) for e in expected)
+  return floors, tuple(max(0.0, e - f) if e - f > 1e-9 else 0.0
+                       for e, f in zip(expected, floors))
+
+
+def group_counts(key: jax.Array, group_sizes: tuple[int, ...],
+                 participation: float) -> jax.Array:
+  """Clients each group sends this round: int32 [G], summing to K = round(C * N).
+
+  Systematic sampling of the remainders: one uniform offset u, and group g gets an
+  extra client when an integer + u falls in its slice of the cumulative fractional
+  parts. Each group gets its floor plus 0 or 1 extra, with probability its fraction.
+  """
+  floors, fractions = group_quotas(group_sizes, participation)
+  if not any(fractions):
+    return jnp.asarray(floors, jnp.int32)
+  cum = jnp.cumsum(jnp.asarray((0.0,) + fractions, jnp.float32))
+  u = jax.random.uniform(key, ())
+  extra = jnp.floor(cum[1:] - u + 1.0) - jnp.floor(cum[:-1] - u + 1.0)
+  return jnp.asarray(floors, jnp.int32) + extra.astype(jnp.int32)
+
+
+def group_slots(group_sizes: tuple[int, ...], participation: float) -> tuple[int, ...]:
+  """Static slots per group: its floor, plus one when it has a fractional remainder."""
+  floors, fractions = group_quotas(group_sizes, participation)
+  return tuple(min(s, f + (1 if r else 0))
+               for s, f, r in zip(group_sizes, floors, fractions))
+
+
+def sample_clients(key: jax.Array, group_size: int, num: jax.Array | int,
+                   num_slots: int) -> jax.Array:
   """Indices of the sampled clients of a group, padded with out-of-range slots.
 
-  Sampling is without replacement and stratified by group (every group sends
-  ``num_sampled(n_g, C)`` clients), which keeps shapes static.
+  Sampling is without replacement within the group; ``num`` (this round's count from
+  ``group_counts``, possibly traced) real clients fill the first slots.
 
   Args:
     key: PRNG key, a pure function of (seed, round, group).
     group_size: real clients in the group (padding clients are never drawn).
-    num: clients to draw.
-    num_slots: ``num`` rounded up to the device count; the extra slots get index
-      ``group_size + padding`` beyond any client, so gathers fill them with zeros (no
-      data: they do no step and weigh 0) and scatters drop them.
+    num: clients to draw, at most ``num_slots``.
+    num_slots: static slots (``group_slots`` rounded up to the device count); slots
+      from ``num`` on get an index beyond any client, so gathers fill them with zeros
+      (no data: they do no step and weigh 0) and scatters drop them.
 
   Returns:
     int32 [num_slots].
   """
-  idx = jax.random.permutation(key, group_size)[:num]
-  pad = jnp.full((num_slots - num,), jnp.iinfo(jnp.int32).max, jnp.int32)
-  return jnp.concatenate([idx.astype(jnp.int32), pad])
+  perm = jax.random.permutation(key, group_size).astype(jnp.int32)
+  take = min(group_size, num_slots)
+  idx = jnp.full((num_slots,), jnp.iinfo(jnp.int32).max, jnp.int32)
+  idx = idx.at[:take].set(perm[:take])
+  return jnp.where(jnp.arange(num_slots) < num, idx, jnp.iinfo(jnp.int32).max)
 
 
 def gather_clients(tree: PyTree, idx: jax.Array) -> PyTree:
@@ -134,15 +183,26 @@ def make_batch(x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.A
   return Batch(normalize(x_pool[idx]).astype(dtype), y_pool[idx], mask)
 
 
-def epoch_batches(key: jax.Array, idx: jax.Array, mask: jax.Array, batch_size: int):
+def epoch_batches(key: jax.Array, idx: jax.Array, mask: jax.Array, batch_size: int,
+                  drop_last: bool = False):
   """Shuffles a client's real examples and cuts them into ``[steps, batch_size]``.
 
   Real examples come first in random order, padding last, so every step but the last
   non-empty one is full. ``len(idx)`` must be a multiple of ``batch_size``.
+
+  Args:
+    drop_last: mask out the partial last batch (PyTorch's ``DataLoader(drop_last=True)``,
+      HtFLlib's policy), so it is no step; a client with fewer than ``batch_size``
+      examples then takes no step. False (the FedMRL authors' ``DataLoader``) keeps it as
+      a step over its few examples.
   """
   order = jnp.argsort(jnp.where(mask, jax.random.uniform(key, mask.shape), 2.0))
   shape = (idx.shape[0] // batch_size, batch_size)
-  return idx[order].reshape(shape), mask[order].reshape(shape)
+  mask = mask[order]
+  if drop_last:
+    full = jnp.sum(mask) // batch_size * batch_size
+    mask = mask & (jnp.arange(mask.shape[0]) < full)
+  return idx[order].reshape(shape), mask.reshape(shape)
 
 
 class LocalResult(NamedTuple):
@@ -158,7 +218,8 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                 params: PyTree, model_state: PyTree, opt_state: PyTree,
                 x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
                 key: jax.Array, *, epochs: int, batch_size: int,
-                dtype=jnp.float32) -> LocalResult:
+                dtype=jnp.float32, augment: str = "none",
+                drop_last: bool = False) -> LocalResult:
   """Minibatch SGD of one client: ``lax.scan`` over epochs and steps.
 
   Args:
@@ -172,6 +233,9 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     key: PRNG key of this client and round.
     epochs, batch_size: local epochs E and batch size B.
     dtype: compute dtype of the images (bf16 for mixed precision).
+    augment: augmentation set of the training batches (``data.augment``), keyed by
+      ``fold_in(step key, 1)``; the loss still gets the step key itself.
+    drop_last: skip each epoch's partial last batch (``epoch_batches``).
 
   Returns:
     ``LocalResult``; a step whose batch is all padding leaves everything unchanged.
@@ -182,6 +246,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     params, model_state, opt_state = carry
     bidx, bmask, skey = inputs
     batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    batch = batch._replace(x=augment_batch(jax.random.fold_in(skey, 1), batch.x, augment))
     (loss, new_model_state), grads = grad_fn(params, model_state, batch, skey)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
     new = (optax.apply_updates(params, updates), new_model_state, new_opt_state)
@@ -190,7 +255,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
 
   def epoch(carry, ekey):
     shuffle_key, step_key = jax.random.split(ekey)
-    bidx, bmask = epoch_batches(shuffle_key, idx, mask, batch_size)
+    bidx, bmask = epoch_batches(shuffle_key, idx, mask, batch_size, drop_last)
     skeys = jax.random.split(step_key, bidx.shape[0])
     return jax.lax.scan(step, carry, (bidx, bmask, skeys))
 

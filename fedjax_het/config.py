@@ -10,14 +10,13 @@ import ml_collections
 
 from fedjax_het.algorithms import SPECS
 from fedjax_het.clients import PARALLELISM
-from fedjax_het.data.partition import PARTITIONS
+from fedjax_het.data.augment import AUGMENTATIONS
+from fedjax_het.data.partition import PARTITIONS, SHARES
+from fedjax_het.data.pool import POOLS
 from fedjax_het.data.sources import DATASETS
 from fedjax_het.models.registry import ARCHITECTURES, client_archs
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
-AUGMENTATIONS = ("none", "flip_crop", "flip_crop_erase")
-POOLS = ("pooled", "official")
-SHARES = ("uniform", "dirichlet")
 
 
 def base_config() -> ml_collections.ConfigDict:

@@ -40,6 +40,31 @@ def test_num_sampled():
   assert cl.num_sampled(10, 1.0) == 10
 
 
+def heterogeneous_groups(n):
+  """Group sizes of ``models='heterogeneous'``: client k runs CNN-((k mod 5)+1)."""
+  return tuple(len(range(g, n, 5)) for g in range(min(n, 5)))
+
+
+@pytest.mark.parametrize("n,c,k", [(10, 1.0, 10), (50, 0.2, 10), (100, 0.1, 10),
+                                   (10, 0.1, 1), (7, 0.5, 4), (3, 0.5, 2), (13, 0.3, 4)])
+def test_exactly_k_clients_per_round_with_inclusion_probability_c(n, c, k):
+  sizes = heterogeneous_groups(n)
+  slots = cl.group_slots(sizes, c)
+  counts = np.stack([np.asarray(cl.group_counts(jax.random.PRNGKey(r), sizes, c))
+                     for r in range(400)])
+  assert np.all(counts.sum(1) == k)
+  assert np.all(counts <= np.asarray(slots)) and np.all(counts >= 0)
+  # each client of group g is sampled with probability E[count_g] / n_g = k / n
+  np.testing.assert_allclose(counts.mean(0) / np.asarray(sizes), k / n, atol=0.06)
+  if k * 5 % n == 0:  # the papers' settings: every group sends exactly its share
+    assert np.all(counts == counts[0]) and slots == tuple(counts[0])
+
+
+def test_sample_clients_fills_the_first_num_slots():
+  idx = np.asarray(cl.sample_clients(jax.random.PRNGKey(0), 4, jnp.int32(1), 2))
+  assert idx[0] < 4 and idx[1] >= 4
+
+
 def test_gather_fills_and_scatter_drops_out_of_range():
   tree = {"p": jnp.arange(6.0).reshape(3, 2)}
   idx = jnp.array([2, 0, 1000], jnp.int32)
@@ -105,3 +130,29 @@ def test_local_train_counts_steps_and_moves_params():
   assert int(res.steps) == 6  # ceil(3 / 2) steps x 3 epochs
   assert float(res.params["w"]) != 0.5
   assert np.isfinite(float(res.loss))
+
+
+def test_drop_last_masks_the_partial_batch():
+  idx = jnp.arange(12, dtype=jnp.int32)
+  mask = jnp.array([1] * 10 + [0] * 2, bool)
+  _, keep = cl.epoch_batches(jax.random.PRNGKey(0), idx, mask, 4)
+  np.testing.assert_array_equal(keep.sum(1), [4, 4, 2])
+  bidx, drop = cl.epoch_batches(jax.random.PRNGKey(0), idx, mask, 4, drop_last=True)
+  np.testing.assert_array_equal(drop.sum(1), [4, 4, 0])
+  assert set(np.asarray(bidx[:2]).ravel().tolist()) < set(range(10))
+
+
+def test_local_train_drop_last_steps_and_augmentation_keys():
+  x, y = _pool()
+  params = {"w": jnp.array(0.5)}
+  opt = optax.sgd(0.1)
+  args = (_linear_loss, opt, params, None, opt.init(params), x, y,
+          jnp.array([1, 2, 3, 0], jnp.int32), jnp.array([1, 1, 1, 0], bool),
+          jax.random.PRNGKey(0))
+  res = cl.local_train(*args, epochs=3, batch_size=2, drop_last=True)
+  assert int(res.steps) == 3  # one full batch of 2 per epoch, the single example dropped
+  plain = cl.local_train(*args, epochs=3, batch_size=2)
+  flipped = cl.local_train(*args, epochs=3, batch_size=2, augment="flip_crop")
+  again = cl.local_train(*args, epochs=3, batch_size=2, augment="flip_crop")
+  np.testing.assert_array_equal(flipped.params["w"], again.params["w"])  # same keys
+  assert float(flipped.params["w"]) != float(plain.params["w"])  # crops see zero borders

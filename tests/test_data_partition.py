@@ -54,9 +54,10 @@ def test_assign_classes_spreads_evenly():
   assert sorted(held.sum(0).tolist()) == [1] * 8 + [2] * 2
 
 
-def test_pathological_exact_classes_and_uneven_shares():
+@pytest.mark.parametrize("shares", part.SHARES)
+def test_pathological_exact_classes_and_uneven_shares(shares):
   parts = part.partition(LABELS, 10, kind="pathological", seed=3, num_classes=10,
-                         classes_per_client=2, alpha=0.5)
+                         classes_per_client=2, alpha=0.5, shares=shares)
   counts = part.class_counts(LABELS, parts, 10)
   np.testing.assert_array_equal((counts > 0).sum(1), [2] * 10)  # exactly 2 classes each
   np.testing.assert_array_equal((counts > 0).sum(0), [2] * 10)  # each class held twice
@@ -158,3 +159,30 @@ def test_class_counts_by_hand():
   assert counts.dtype == np.int64
   with pytest.raises(ValueError, match="num_classes=2"):
     part.class_counts(labels, [np.array([3])], 2)
+
+
+def test_uniform_shares_are_within_1_5x_and_dirichlet_ones_are_not():
+  labels = np.repeat(np.arange(10), 1000)
+  def ratios(shares):
+    parts = part.partition(labels, 50, kind="pathological", seed=0, num_classes=10,
+                           classes_per_client=2, alpha=1.0, shares=shares)
+    counts = part.class_counts(labels, parts, 10).astype(float)
+    return [col[col > 0].max() / col[col > 0].min() for col in counts.T]
+  # U(0.4, 0.6) draws: at most 0.6 / 0.4 = 1.5 apart, up to rounding to whole examples
+  assert max(ratios("uniform")) <= 1.5 + 0.02
+  assert max(ratios("dirichlet")) > 3.0
+
+
+def test_split_like_gives_each_client_its_training_proportions():
+  train_counts = np.array([[30, 10, 0], [0, 30, 0], [10, 0, 0]])
+  test_labels = np.repeat(np.arange(3), [40, 40, 40])
+  test = part.split_like(test_labels, train_counts, seed=0)
+  counts = part.class_counts(test_labels, test, 3)
+  np.testing.assert_array_equal(counts, [[30, 10, 0], [0, 30, 0], [10, 0, 0]])
+  _check_disjoint_sorted(test, len(test_labels))
+  assert test[0].tolist() == part.split_like(test_labels, train_counts, seed=0)[0].tolist()
+
+
+def test_unknown_shares_are_named():
+  with pytest.raises(ValueError, match="partition.shares='equal'"):
+    part.partition(LABELS, 10, kind="pathological", seed=0, num_classes=10, shares="equal")

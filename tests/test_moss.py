@@ -121,7 +121,7 @@ def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_ar
   assert np.isfinite(float(m["train_loss"]))
   assert_server_holds_no_client_leaf(state)
   # the uplink is exactly the device model: per participating client, its type's size
-  sampled = [rt.slots(g)[0] for g in range(2)]
+  sampled = [rt.expected_sampled(g) for g in range(2)]
   expected = np.dot(sizes, sampled) / sum(sampled)
   np.testing.assert_allclose(float(m["uplink_params"]), expected)
   np.testing.assert_allclose(float(m["downlink_params"]), expected)

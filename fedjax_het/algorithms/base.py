@@ -92,6 +92,11 @@ class Protocol(NamedTuple):
       personalized model.
     server_data: ``(data, rng) -> what aggregate needs beyond the uploads`` (Moss: its
       public images), or None when nothing.
+    trained_payload: ``(payload, upload) -> payload`` of a client's model right after
+      its local training, for the evaluation of the sampled clients (the FedMRL
+      authors' protocol, ``eval_sampled``): the client's own trained copy of the shared
+      block where it trains one (FedAvg, FedMRL: its upload), None where ``predict``
+      does not use a block the client trains (the downloaded payload is used).
   """
   init_client: Callable[[int, jax.Array], PyTree]
   init_server: Callable[[jax.Array], PyTree]
@@ -100,6 +105,13 @@ class Protocol(NamedTuple):
   aggregate: Callable
   predict: Callable[[int, PyTree, PyTree], Callable]
   server_data: Callable | None = None
+  trained_payload: Callable | None = None
+
+
+def own_upload(payload: PyTree, upload: PyTree) -> PyTree:
+  """``Protocol.trained_payload`` of algorithms whose upload is their trained payload."""
+  del payload
+  return upload
 
 
 class Algorithm(NamedTuple):
@@ -144,6 +156,12 @@ class Runtime:
     num_shards: devices the client axis is sharded over.
     mesh: the client mesh, or None for a single device.
     compute_dtype: dtype of activations (float32, or bfloat16 for mixed precision).
+    augment: augmentation set of local training batches (``data.augment``).
+    drop_last: skip each epoch's partial last batch (``drop_last``).
+    reset_downloaded_momentum: zero the optimizer state of a block the server replaces
+      at download (``download``).
+    eval_sampled: evaluate the round's sampled clients right after local training
+      (``eval_sampled``; the round metric ``sampled_test_acc``).
   """
   layout: Layout
   participation: float = 1.0
@@ -153,11 +171,29 @@ class Runtime:
   num_shards: int = 1
   mesh: Any = None
   compute_dtype: Any = jnp.float32
+  augment: str = "none"
+  drop_last: bool = False
+  reset_downloaded_momentum: bool = True
+  eval_sampled: bool = False
+
+  def train_options(self) -> dict:
+    """The keyword arguments of ``clients.local_train`` this runtime fixes."""
+    return dict(epochs=self.local_epochs, batch_size=self.batch_size,
+                dtype=self.compute_dtype, augment=self.augment, drop_last=self.drop_last)
 
   def slots(self, group: int) -> tuple[int, int]:
-    """(clients drawn, slots after padding to the shard count) of a group per round."""
-    n = cl.num_sampled(self.layout.group_sizes[group], self.participation)
+    """(most clients a round draws, slots after padding to the shard count) of a group.
+
+    K = round(C * N) clients are sampled over all groups (``clients.group_counts``);
+    a group draws its floor of ``K * n_g / N`` or one more.
+    """
+    n = cl.group_slots(self.layout.group_sizes, self.participation)[group]
     return n, sharding.round_up(n, self.num_shards)
+
+  def expected_sampled(self, group: int) -> float:
+    """Clients of ``group`` sampled per round on average, ``K * n_g / N``."""
+    floors, fractions = cl.group_quotas(self.layout.group_sizes, self.participation)
+    return floors[group] + fractions[group]
 
   def map(self, fn, *args):
     """``clients.map_clients`` with this runtime's parallelism and shards."""
@@ -186,9 +222,12 @@ def group_draw(rt: Runtime, group: int, sample_key: jax.Array, train_key: jax.Ar
     keys [slots, ...]): the simulator and a deployment draw the same clients and give
     each the same key.
   """
-  num, slots = rt.slots(group)
+  _, slots = rt.slots(group)
+  # fold_in(.., 2**30) is no group's key: the per-round allocation of K over the groups
+  counts = cl.group_counts(jax.random.fold_in(sample_key, 1 << 30), rt.layout.group_sizes,
+                           rt.participation)
   idx = cl.sample_clients(jax.random.fold_in(sample_key, group),
-                          rt.layout.group_sizes[group], num, slots)
+                          rt.layout.group_sizes[group], counts[group], slots)
   return idx, jax.random.split(jax.random.fold_in(train_key, group), slots)
 
 
@@ -197,11 +236,14 @@ class GroupRound(NamedTuple):
   clients: PyTree  # the group's updated stacked client state (all clients)
   outputs: PyTree  # what ``client_fn`` returned per sampled slot
   weights: jax.Array  # float32 [slots]: train examples of each slot (0 on padding)
+  # (correct, total) float32 [slots] of each trained client on its own test split, or
+  # None (``eval_fn`` of ``train_group``)
+  test_counts: tuple | None = None
 
 
 def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
                 sample_key: jax.Array, train_key: jax.Array,
-                client_fn: Callable) -> GroupRound:
+                client_fn: Callable, eval_fn: Callable | None = None) -> GroupRound:
   """Samples the clients of a group, runs ``client_fn`` on each, writes them back.
 
   Args:
@@ -212,6 +254,8 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
     sample_key, train_key: this round's keys (see ``round_keys``).
     client_fn: ``(client_state, train_idx [n], train_mask [n], key) -> (client_state,
       outputs)`` for one client; it closes over the pooled data and server payload.
+    eval_fn: optional ``(trained client_state, outputs, test_idx, test_mask) ->
+      (correct, total)``: each trained client on its own test split.
 
   Returns:
     ``GroupRound``.
@@ -222,7 +266,11 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
   tidx, tmask = cl.gather_clients((index.train_idx, index.train_mask), idx)
   new, outputs = rt.map(client_fn, sampled, tidx, tmask, keys)
   weights = cl.gather_clients(index.num_train, idx).astype(jnp.float32)
-  return GroupRound(cl.scatter_clients(clients_g, idx, new), outputs, weights)
+  counts = None
+  if eval_fn is not None:
+    eidx, emask = cl.gather_clients((index.test_idx, index.test_mask), idx)
+    counts = rt.map(eval_fn, new, outputs, eidx, emask)
+  return GroupRound(cl.scatter_clients(clients_g, idx, new), outputs, weights, counts)
 
 
 def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
@@ -230,7 +278,9 @@ def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
   """Every group's local work of a round through ``proto.client_update``.
 
   Each client downloads ``proto.downlink(state.server, g)`` and trains; the outputs of
-  each ``GroupRound`` are ``(upload, aux)`` per sampled slot.
+  each ``GroupRound`` are ``(upload, aux)`` per sampled slot. With ``rt.eval_sampled``
+  each trained client is also evaluated on its own test split, with its own trained
+  shared block (``Protocol.trained_payload``), before the server aggregates.
   """
   sample_key, train_key = round_keys(state)
   results = []
@@ -240,8 +290,14 @@ def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
     def client_fn(client, idx, mask, key, g=g, payload=payload):
       new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
       return new, (upload, aux)
+
+    def eval_fn(client, outputs, idx, mask, g=g, payload=payload):
+      own = (proto.trained_payload(payload, outputs[0]) if proto.trained_payload
+             else payload)
+      return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
+                                batch_size=rt.batch_size, dtype=rt.compute_dtype)
     results.append(train_group(rt, g, state.clients[g], data, sample_key, train_key,
-                               client_fn))
+                               client_fn, eval_fn if rt.eval_sampled else None))
   return results
 
 
@@ -301,19 +357,35 @@ def round_metrics(groups: list[GroupRound], loss_of: Callable[[PyTree], jax.Arra
   Returns:
     ``train_loss`` (mean over participating clients), ``group_train_loss`` [num_groups]
     (locates a numerical fault), ``uplink_params``/``downlink_params`` (parameters sent
-    per participating client this round).
+    per participating client this round), and when the groups were evaluated after
+    training (``eval_sampled``) ``sampled_test_acc``: the mean over the round's sampled
+    clients of each one's test accuracy right after its local training.
   """
   def mean_loss(gr):
     active = (gr.weights > 0).astype(jnp.float32)
     return jnp.sum(loss_of(gr.outputs) * active), jnp.sum(active)
 
   sums, counts = (jnp.stack(v) for v in zip(*map(mean_loss, groups)))
-  return {
+  metrics = {
       "train_loss": jnp.sum(sums) / jnp.maximum(jnp.sum(counts), 1.0),
       "group_train_loss": sums / jnp.maximum(counts, 1.0),
       "uplink_params": jnp.asarray(uplink, jnp.float32),
       "downlink_params": jnp.asarray(downlink, jnp.float32),
   }
+  if groups and groups[0].test_counts is not None:
+    metrics["sampled_test_acc"] = sampled_accuracy(groups)
+  return metrics
+
+
+def sampled_accuracy(groups: list[GroupRound]) -> jax.Array:
+  """Mean over the sampled clients (real slots with test data) of correct / total."""
+  accs, real = [], []
+  for gr in groups:
+    correct, total = gr.test_counts
+    accs.append(correct / jnp.maximum(total, 1.0))
+    real.append((gr.weights > 0) & (total > 0))
+  accs, real = jnp.concatenate(accs), jnp.concatenate(real).astype(jnp.float32)
+  return jnp.sum(accs * real) / jnp.maximum(jnp.sum(real), 1.0)
 
 
 def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree],
@@ -325,6 +397,39 @@ def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree
 def client_init_keys(key: jax.Array, group: int, padded_size: int) -> jax.Array:
   """The init keys of a group's clients [padded_size, ...]; row j: position j."""
   return jax.random.split(jax.random.fold_in(key, group), padded_size)
+
+
+def download(rt: Runtime, params: dict, opt_state: PyTree, blocks: dict
+             ) -> tuple[dict, PyTree]:
+  """A client's params with server blocks put in, and its optimizer state to go with them.
+
+  Momentum of a replaced block: the buffer a client kept for its own copy of theta last
+  round describes another point than the theta it now downloads (the aggregate of other
+  clients' models), so carrying it into the new theta is a stale step. With
+  ``rt.reset_downloaded_momentum`` (the default) every leaf of the optimizer state under
+  a replaced block's key (the momentum buffer) is zeroed, as a fresh
+  ``torch.optim.SGD`` over the downloaded block would start; the client's private blocks
+  keep theirs. False keeps every buffer (one optimizer over all of the client's params
+  across rounds).
+
+  Args:
+    rt: the runtime.
+    params: the client's params, a dict of blocks (``{'global', 'local', 'proj'}``...).
+    opt_state: its optimizer state (any optax state whose param-shaped parts are keyed
+      like ``params``: ``base.sgd``, chains and ``optax.multi_transform`` of them).
+    blocks: ``{block name: downloaded value}``.
+
+  Returns:
+    (params with ``blocks`` in place, optimizer state).
+  """
+  params = dict(params, **blocks)
+  if not rt.reset_downloaded_momentum:
+    return params, opt_state
+
+  def reset(path, leaf):
+    replaced = any(isinstance(k, jax.tree_util.DictKey) and k.key in blocks for k in path)
+    return jnp.zeros_like(leaf) if replaced else leaf
+  return params, jax.tree_util.tree_map_with_path(reset, opt_state)
 
 
 def clip(grad_clip: float) -> optax.GradientTransformation:

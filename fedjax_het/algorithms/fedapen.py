@@ -157,14 +157,13 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), jax.lax.map(chunk, chunks))
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params = fml.download(client, theta)
+    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
     train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
     logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
     lam = learn_lambda(client.model_state["lam"], logits_l, logits_g, labels, hmask,
                        steps=lambda_steps, learning_rate=lambda_learning_rate)
-    r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, client.opt_state,
-                       data.x, data.y, idx, train_mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, opt_state,
+                       data.x, data.y, idx, train_mask, key, **rt.train_options())
     new = base.ClientState(r.params, r.model_state, r.opt_state)
     return new, fedmrl.uplink(r.params), {"loss": r.loss}
 
@@ -178,6 +177,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   proto = fml.mutual_protocol(nets, opt, client_update, predict=predict,
+                              trained_payload=base.own_upload,
                               model_state={"lam": jnp.zeros((), jnp.float32)})
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)

@@ -58,7 +58,8 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: nets[g].apply({"params": w}, x)[0]
 
   proto = base.Protocol(count_rounds, init_server, lambda w, g: w,
-                        local_update(rt, nets, opt), server_aggregate, predict)
+                        local_update(rt, nets, opt), server_aggregate, predict,
+                        trained_payload=base.own_upload)
 
   return base.Algorithm(base.protocol_init(rt, proto), average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)
@@ -96,8 +97,7 @@ def local_update(rt: base.Runtime, nets, opt):
   """
   def client_update(g, rounds_taken, w, data, idx, mask, key):
     r = cl.local_train(classifier_loss(nets[g]), opt, w, None, opt.init(w), data.x,
-                       data.y, idx, mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+                       data.y, idx, mask, key, **rt.train_options())
     return rounds_taken + 1, r.params, {"loss": r.loss}
   return client_update
 

@@ -165,10 +165,10 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   def client_update(g, client, theta, data, idx, mask, key):
-    r = cl.local_train(loss_fn(nets[g]), opt, fml.download(client, theta), None,
-                       client.opt_state, data.x, data.y, idx, mask, key,
-                       epochs=rt.local_epochs, batch_size=rt.batch_size,
-                       dtype=rt.compute_dtype)
+    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
+                       mask, key,
+                       **rt.train_options())
     update, sent = compress_tree(uplink(r.params, theta), svd_energy)
     return (base.ClientState(r.params, None, r.opt_state), update,
             {"loss": r.loss, "sent": sent})

@@ -135,10 +135,10 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))[0]["global_ex"]
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params = dict(client.params, global_ex=theta)  # download theta
-    r = cl.local_train(loss_fn(nets[g]), opt, params, client.model_state, client.opt_state,
-                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    params, opt_state = base.download(rt, client.params, client.opt_state,
+                                      {"global_ex": theta})  # download theta
+    r = cl.local_train(loss_fn(nets[g]), opt, params, client.model_state, opt_state,
+                       data.x, data.y, idx, mask, key, **rt.train_options())
     new = base.ClientState(r.params, r.model_state, r.opt_state)
     return new, uplink(r.params), {"loss": r.loss}
 
@@ -151,7 +151,7 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: nets[g].logits(params, client.model_state, x, train=False)[0]
 
   proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
-                        server_aggregate, predict)
+                        server_aggregate, predict, trained_payload=base.own_upload)
 
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)

@@ -135,10 +135,9 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params = dict(client.params, **{"global": theta})  # download theta
-    r = cl.local_train(loss_fn(nets[g]), opt, params, None, client.opt_state, data.x,
-                       data.y, idx, mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x,
+                       data.y, idx, mask, key, **rt.train_options())
     return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
@@ -150,7 +149,7 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: nets[g].predict(params, x, inference)
 
   proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
-                        server_aggregate, predict)
+                        server_aggregate, predict, trained_payload=base.own_upload)
 
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)

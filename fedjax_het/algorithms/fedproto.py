@@ -120,8 +120,7 @@ def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, 
   """
   def client_update(g, client, table, data, idx, mask, key):
     r = cl.local_train(loss_fn(nets[g], table), opt, client.params, None, client.opt_state,
-                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+                       data.x, data.y, idx, mask, key, **rt.train_options())
     sent = uplink(nets[g], r.params, data, idx, mask, rt)
     return base.ClientState(r.params, None, r.opt_state), sent, {"loss": r.loss}
 

@@ -112,7 +112,8 @@ def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float
 
 def mutual_protocol(nets: list, opt, client_update: Callable, *,
                     server_aggregate: Callable | None = None, predict: Callable | None = None,
-                    init_params: Callable | None = None, model_state=None) -> base.Protocol:
+                    init_params: Callable | None = None, model_state=None,
+                    trained_payload: Callable | None = None) -> base.Protocol:
   """The protocol of FML, FedKD and FedAPEN: a private model beside a shared one, theta.
 
   Server state and downlink: theta, the shared model's params (initialised like a
@@ -125,6 +126,7 @@ def mutual_protocol(nets: list, opt, client_update: Callable, *,
     predict: ``Protocol.predict`` (default ``private_predict``: the private model alone).
     init_params: ``(group, key) -> params`` of a client (default ``nets[g].init``).
     model_state: every client's initial non-SGD state (e.g. FedAPEN's lambda), or None.
+    trained_payload: ``Protocol.trained_payload`` (None: ``predict`` ignores theta).
   """
   init_params = init_params or (lambda g, key: nets[g].init(key))
 
@@ -136,7 +138,8 @@ def mutual_protocol(nets: list, opt, client_update: Callable, *,
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
 
   return base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
-                       server_aggregate or average, predict or private_predict(nets))
+                       server_aggregate or average, predict or private_predict(nets),
+                       trained_payload=trained_payload)
 
 
 def download(client: base.ClientState, theta) -> dict:
@@ -192,10 +195,10 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   def client_update(g, client, theta, data, idx, mask, key):
-    r = cl.local_train(loss_fn(nets[g]), opt, download(client, theta), None,
-                       client.opt_state, data.x, data.y, idx, mask, key,
-                       epochs=rt.local_epochs, batch_size=rt.batch_size,
-                       dtype=rt.compute_dtype)
+    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
+                       mask, key,
+                       **rt.train_options())
     return (base.ClientState(r.params, None, r.opt_state), fedmrl.uplink(r.params),
             {"loss": r.loss})
 

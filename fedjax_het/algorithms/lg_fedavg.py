@@ -57,10 +57,10 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
 
   def client_update(g, client, header, data, idx, mask, key):
-    params = with_header(client.params, header)  # download theta_hd
-    r = cl.local_train(classifier_loss(nets[g]), opt, params, None, client.opt_state,
-                       data.x, data.y, idx, mask, key, epochs=rt.local_epochs,
-                       batch_size=rt.batch_size, dtype=rt.compute_dtype)
+    params, opt_state = base.download(rt, client.params, client.opt_state,
+                                      {"header": header})  # download theta_hd
+    r = cl.local_train(classifier_loss(nets[g]), opt, params, None, opt_state,
+                       data.x, data.y, idx, mask, key, **rt.train_options())
     return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(header, uploads, weights, train_key, server_data):
@@ -72,7 +72,8 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: nets[g].apply({"params": params}, x)[0]
 
   proto = base.Protocol(private_client_init(nets, opt), init_server,
-                        lambda header, g: header, client_update, server_aggregate, predict)
+                        lambda header, g: header, client_update, server_aggregate, predict,
+                        trained_payload=base.own_upload)
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)
 

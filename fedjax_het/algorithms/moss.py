@@ -222,7 +222,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = base.Protocol(
       fedavg.count_rounds, init_server, lambda server, g: server["types"][g],
       fedavg.local_update(rt, nets, opt), server_aggregate, predict,
-      server_data=lambda data, rng: public_images(data, public_set(data, rng)[0]))
+      server_data=lambda data, rng: public_images(data, public_set(data, rng)[0]),
+      trained_payload=base.own_upload)
 
   def round_fn(state, data):
     results = base.train_protocol_groups(rt, proto, state, data)
@@ -230,7 +231,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     server, moss_metrics = base.aggregate_groups(proto, state, results,
                                                  public_images(data, pub_idx))
     sizes = [base.count_params(t) for t in state.server["types"]]
-    sampled = [rt.slots(g)[0] for g in range(G)]
+    sampled = [rt.expected_sampled(g) for g in range(G)]
     per_client = float(np.dot(sizes, sampled) / sum(sampled))
     metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=per_client,
                                  downlink=per_client)

@@ -64,8 +64,7 @@ def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     del payload  # nothing is downloaded
     r = cl.local_train(classifier_loss(nets[g]), opt, client.params, client.model_state,
                        client.opt_state, data.x, data.y, idx, mask, key,
-                       epochs=rt.local_epochs, batch_size=rt.batch_size,
-                       dtype=rt.compute_dtype)
+                       **rt.train_options())
     return base.ClientState(r.params, r.model_state, r.opt_state), (), {"loss": r.loss}
 
   def server_aggregate(server, uploads, weights, train_key, server_data):

@@ -6,9 +6,10 @@ Every function is pure numpy and deterministic in its ``seed``
 Kinds (``PARTITIONS``):
 
 - ``'iid'``: shuffle all examples and cut them into ``num_clients`` near-equal parts.
-- ``'pathological'``: every client holds ``classes_per_client`` classes, with
-  Dirichlet-distributed shares of each class among its holders (the label-skew split of
-  FedMRL, NeurIPS 2024, and pFedMoE; see ``partition``).
+- ``'pathological'``: every client holds ``classes_per_client`` classes; a holder's share
+  of a class is U(0.4, 0.6) normalised over the class's holders (pFedHN, the split
+  FedMRL, NeurIPS 2024, and pFedMoE cite), or Dir(alpha) (``shares='dirichlet'``); see
+  ``partition``.
 - ``'dirichlet'``: per class, shares over all clients ~ Dir(alpha) (Hsu et al., 2019).
 
 A partition is built in two steps: draw an integer count matrix ``[num_clients,
@@ -22,6 +23,8 @@ from typing import Sequence
 import numpy as np
 
 PARTITIONS = ("iid", "pathological", "dirichlet")
+SHARES = ("uniform", "dirichlet")  # pathological: how a class is shared by its holders
+UNIFORM_SHARE = (0.4, 0.6)  # pFedHN's U(low_prob, high_prob), as both papers
 MAX_DRAWS = 1000
 
 _ADVICE = {
@@ -80,19 +83,21 @@ def assign_classes(num_clients: int, num_classes: int, classes_per_client: int,
 
 def pathological_counts(class_sizes: np.ndarray, num_clients: int,
                         classes_per_client: int, alpha: float,
-                        rng: np.random.Generator) -> np.ndarray:
+                        rng: np.random.Generator, shares: str = "uniform") -> np.ndarray:
   """Examples of each class per client for the pathological split.
 
   Args:
     class_sizes: int [C] examples of each class.
     num_clients: N.
     classes_per_client: classes each client holds.
-    alpha: Dirichlet concentration of the shares of a class among its holders.
+    alpha: Dirichlet concentration of the shares ('dirichlet' shares).
     rng: random generator.
+    shares: 'uniform': each holder draws U(0.4, 0.6), normalised over the holders
+      (pFedHN); 'dirichlet': Dir(alpha) over the holders.
 
   Returns:
     int64 [N, C]. Each holder of a class gets one example of it, then the rest of the
-    class is shared in Dir(alpha) proportions (if the class has fewer examples than
+    class is shared in the drawn proportions (if the class has fewer examples than
     holders, all of it is shared so). A class held by no client has a zero column
     (its examples are unused).
   """
@@ -101,9 +106,13 @@ def pathological_counts(class_sizes: np.ndarray, num_clients: int,
   for c, size in enumerate(class_sizes):
     owners = np.flatnonzero(held[:, c])
     if len(owners):
-      shares = rng.dirichlet(np.full(len(owners), alpha))
+      if shares == "uniform":
+        share = rng.uniform(*UNIFORM_SHARE, size=len(owners))
+        share = share / share.sum()
+      else:
+        share = rng.dirichlet(np.full(len(owners), alpha))
       floor = 1 if size >= len(owners) else 0  # every holder sees its class if possible
-      counts[owners, c] = floor + split_counts(shares, int(size) - floor * len(owners))
+      counts[owners, c] = floor + split_counts(share, int(size) - floor * len(owners))
   return counts
 
 
@@ -126,10 +135,13 @@ def iid_counts(num_examples: int, num_clients: int) -> np.ndarray:
 
 
 def _check_args(labels: np.ndarray, num_clients: int, kind: str, num_classes: int,
-                classes_per_client: int, alpha: float, min_examples: int) -> None:
+                classes_per_client: int, alpha: float, min_examples: int,
+                shares: str) -> None:
   """ValueError naming the first invalid argument of ``partition``."""
   if kind not in PARTITIONS:
     raise ValueError(f"partition.kind={kind!r} is invalid; valid choices: {PARTITIONS}")
+  if shares not in SHARES:
+    raise ValueError(f"partition.shares={shares!r} is invalid; valid choices: {SHARES}")
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
     raise ValueError(f"labels must be a 1-D integer array; got {labels.dtype} "
                      f"{labels.shape}")
@@ -153,7 +165,7 @@ def _check_args(labels: np.ndarray, num_clients: int, kind: str, num_classes: in
 
 def _draw_counts(kind: str, labels: np.ndarray, num_clients: int, num_classes: int,
                  classes_per_client: int, alpha: float, min_examples: int,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, shares: str = "uniform") -> np.ndarray:
   """A count matrix [N, C] (iid: [N, 1]) where every client has >= min_examples."""
   class_sizes = np.bincount(labels, minlength=num_classes)
   for _ in range(MAX_DRAWS):
@@ -161,7 +173,7 @@ def _draw_counts(kind: str, labels: np.ndarray, num_clients: int, num_classes: i
       counts = iid_counts(len(labels), num_clients)[:, None]
     elif kind == "pathological":
       counts = pathological_counts(class_sizes, num_clients, classes_per_client, alpha,
-                                   rng)
+                                   rng, shares)
     else:
       counts = dirichlet_counts(class_sizes, num_clients, alpha, rng)
     sizes = counts.sum(axis=1)
@@ -191,7 +203,7 @@ def _hand_out(groups: Sequence[np.ndarray], counts: np.ndarray) -> list[np.ndarr
 
 def partition(labels: np.ndarray, num_clients: int, *, kind: str, seed: int,
               num_classes: int, classes_per_client: int = 2, alpha: float = 0.5,
-              min_examples: int = 2) -> list[np.ndarray]:
+              min_examples: int = 2, shares: str = "uniform") -> list[np.ndarray]:
   """Splits examples into ``num_clients`` disjoint clients.
 
   ``'pathological'`` (label skew with unequal amounts): client k holds exactly
@@ -200,22 +212,23 @@ def partition(labels: np.ndarray, num_clients: int, *, kind: str, seed: int,
   held by ``floor(N * cpc / C)`` or ``ceil(N * cpc / C)`` clients. Each holder first
   gets one example of each of its classes (so a client's labels are exactly its classes
   whenever a class has at least as many examples as holders); the rest of a class is
-  shared among its holders in proportions drawn from Dir(alpha), so clients hold
-  different amounts of a shared class. A class held by no client (``N * cpc < C``) is
-  unused.
+  shared among its holders in drawn proportions, so clients hold different amounts of a
+  shared class. A class held by no client (``N * cpc < C``) is unused.
 
-  Reference code, whose spirit this follows: FedMRL's ``experiments/dataset.py`` (from
-  pFedHN) gives every class ``N * cpc // C`` slots, lets each client take classes with
-  the most free slots (random tie-break) and draws each holder's share of a class as
-  U(low_prob, 0.6) normalized over the holders (shares within about 1.5x of each
-  other). PFLlib / HtFLlib ``separate_data(partition='pat')`` walks the classes in
-  order and gives each to the first ``ceil(N * cpc / C)`` clients that still have free
-  class slots, in equal amounts (balanced) or random integer amounts in ``[m / 10, m)``
-  with ``m`` the class size over its holders, the last holder taking the rest
-  (unbalanced). Neither redraws. We keep the even class spread of both and draw the
-  shares from Dir(alpha) instead, one knob (``partition.alpha``) shared with
-  ``'dirichlet'``; note that Dir(0.5) over many holders is much more uneven than either
-  reference (large alpha approaches equal shares).
+  Shares (``shares``): ``'uniform'`` (default) is pFedHN's rule, which FedMRL and
+  pFedMoE cite and the FedMRL authors' ``experiments/dataset.py`` runs: each holder
+  draws U(0.4, 0.6) and the draws are normalised over the class's holders, so shares of
+  a class stay within 1.5x of each other. ``'dirichlet'`` draws them from Dir(alpha)
+  (``partition.alpha``; Dir(1.0) gives a 2-class client a 72-76 % majority class and
+  13x size differences between clients).
+
+  Differences from the reference code: it gives every class ``N * cpc // C`` holder
+  slots and lets each client take the classes with the most free slots (random
+  tie-break), which is the same even spread as here when ``N * cpc`` is a multiple of
+  ``C`` (every paper setting); it floors each holder's amount, leaving up to one example
+  per holder unused, where we hand out the whole class; it redraws nothing. PFLlib /
+  HtFLlib ``separate_data(partition='pat')`` walks the classes in order instead and
+  gives each to the first ``ceil(N * cpc / C)`` clients with free class slots.
 
   ``'dirichlet'``: for each class, shares over all N clients ~ Dir(alpha); every example
   is used. ``'iid'``: shuffled and cut into near-equal parts.
@@ -230,8 +243,10 @@ def partition(labels: np.ndarray, num_clients: int, *, kind: str, seed: int,
     seed: seed of ``np.random.default_rng``.
     num_classes: C.
     classes_per_client: classes per client ('pathological'), in [1, C].
-    alpha: Dirichlet concentration ('pathological', 'dirichlet'); smaller is more skewed.
+    alpha: Dirichlet concentration ('dirichlet', and 'pathological' with
+      ``shares='dirichlet'``); smaller is more skewed.
     min_examples: fewest examples any client may get.
+    shares: 'uniform' or 'dirichlet' (pathological only; see above).
 
   Returns:
     list of N sorted, disjoint int64 arrays of indices into ``labels``.
@@ -241,14 +256,44 @@ def partition(labels: np.ndarray, num_clients: int, *, kind: str, seed: int,
   """
   labels = np.asarray(labels)
   _check_args(labels, num_clients, kind, num_classes, classes_per_client, alpha,
-              min_examples)
+              min_examples, shares)
   rng = np.random.default_rng(seed)
   counts = _draw_counts(kind, labels, num_clients, num_classes, classes_per_client,
-                        alpha, min_examples, rng)
+                        alpha, min_examples, rng, shares)
   if kind == "iid":
     groups = [rng.permutation(len(labels))]
   else:
     groups = [rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)]
+  return _hand_out(groups, counts)
+
+
+def split_like(labels: np.ndarray, train_counts: np.ndarray, *, seed: int
+               ) -> list[np.ndarray]:
+  """Splits a test set so that each client gets its training class proportions.
+
+  For every class c, the class's examples (shuffled) are shared among the clients in
+  proportion to their training counts ``train_counts[:, c]`` (the FedMRL authors' code
+  applies a client's training shares of a class to the test split the same way). A
+  class no client trains on is unused.
+
+  Args:
+    labels: int [n] labels of the test set.
+    train_counts: int [N, C] training examples of each class per client.
+    seed: seed of ``np.random.default_rng``.
+
+  Returns:
+    N sorted int64 index arrays into ``labels``.
+  """
+  labels = np.asarray(labels)
+  rng = np.random.default_rng(seed)
+  counts = np.zeros_like(train_counts)
+  groups = []
+  for c in range(train_counts.shape[1]):
+    idx = rng.permutation(np.flatnonzero(labels == c))
+    groups.append(idx)
+    held = train_counts[:, c].sum()
+    if held:
+      counts[:, c] = split_counts(train_counts[:, c] / held, len(idx))
   return _hand_out(groups, counts)
 
 

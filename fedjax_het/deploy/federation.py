@@ -146,11 +146,11 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
   if with_data:
-    x, y, num_classes = loop.load_pool(config)
+    x, y, num_classes, num_train = loop.load_pool(config)
     if len(y) < config.num_clients:
       raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
                        "examples of the data")
-    train, test, _ = loop.partition_clients(config, y, num_classes)
+    train, test, _ = loop.partition_clients(config, y, num_classes, num_train)
     fed, layout = data_lib.build_federated_data(x, y, train, test, archs,
                                                 num_classes=num_classes,
                                                 pad_examples_to=config.batch_size)

@@ -23,6 +23,7 @@ from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
 from fedjax_het import distributed, models, sharding
 from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State
+from fedjax_het.data.pool import load_pool, partition_clients  # noqa: F401 (re-exported)
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import metrics as metrics_lib
 
@@ -51,41 +52,6 @@ class Experiment:
   client_archs: tuple
 
 
-def load_pool(config) -> tuple[np.ndarray, np.ndarray, int]:
-  """Pooled (train + test) images and labels, as the papers partition them."""
-  raw = data_lib.load_dataset(config.data.name, config.data.path)
-  x = np.concatenate([raw.x_train, raw.x_test])
-  y = np.concatenate([raw.y_train, raw.y_test]).astype(np.int32)
-  if config.data.subsample:
-    x, y = x[:config.data.subsample], y[:config.data.subsample]
-  return x, y, raw.num_classes
-
-
-def partition_clients(config, y: np.ndarray, num_classes: int):
-  """Per-client (train, test) index lists and class counts, deterministic from the seed.
-
-  The last ``config.data.public`` examples of a seeded permutation of the pool are held
-  out: no client holds them, and they stay in the pool as the server's public set (Moss).
-  """
-  p = config.partition
-  rest = np.arange(len(y))
-  if config.data.public:
-    if config.data.public >= len(y) - config.num_clients:
-      raise ValueError(f"config.data.public={config.data.public} leaves too few of the "
-                       f"{len(y)} examples for {config.num_clients} clients")
-    perm = np.random.default_rng([config.seed, 1]).permutation(len(y))
-    rest = np.sort(perm[:len(y) - config.data.public])
-  parts = data_lib.partition(y[rest], config.num_clients, kind=p.kind, seed=config.seed,
-                             num_classes=num_classes, classes_per_client=p.classes_per_client,
-                             alpha=p.alpha)
-  parts = [rest[np.asarray(idx, np.int64)] for idx in parts]
-  train, test = data_lib.train_test_split(parts, seed=config.seed,
-                                          test_fraction=p.test_fraction)
-  counts = np.stack([data_lib.class_counts(y, train, num_classes),
-                     data_lib.class_counts(y, test, num_classes)], axis=1)
-  return train, test, counts
-
-
 def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
   """Pooled arrays replicated, client index tables sharded over the client axis."""
   return fed.replace(x=sharding.place_replicated(jnp.asarray(fed.x), mesh),
@@ -99,7 +65,10 @@ def make_runtime(config, layout, mesh) -> Runtime:
                  local_epochs=config.local_epochs, batch_size=config.batch_size,
                  client_parallelism=config.runtime.client_parallelism,
                  num_shards=mesh.size if mesh is not None else 1, mesh=mesh,
-                 compute_dtype=jnp.dtype(config.runtime.compute_dtype))
+                 compute_dtype=jnp.dtype(config.runtime.compute_dtype),
+                 augment=config.data.augment, drop_last=config.drop_last,
+                 reset_downloaded_momentum=config.reset_downloaded_momentum,
+                 eval_sampled=config.eval_sampled)
 
 
 def prepare(config: ml_collections.ConfigDict,
@@ -114,11 +83,11 @@ def prepare(config: ml_collections.ConfigDict,
   config_lib.validate(config)
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
-  x, y, num_classes = load_pool(config)
+  x, y, num_classes, num_train = load_pool(config)
   if len(y) < config.num_clients:
     raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
                      "examples of the data")
-  train, test, counts = partition_clients(config, y, num_classes)
+  train, test, counts = partition_clients(config, y, num_classes, num_train)
   mesh = sharding.client_mesh(config.runtime.num_devices)
   fed, layout = data_lib.build_federated_data(
       x, y, train, test, archs, num_classes=num_classes, pad_clients_to=mesh.size,

@@ -1,0 +1,122 @@
+"""The data pool of a run and its clients: which examples exist, who holds which.
+
+Two pools (``data.pool``):
+
+- ``'pooled'`` (pFedMoE's text, Sec. 5.1): CIFAR's train and test splits concatenated,
+  partitioned among the clients, and each client's share split 8:2 into its own train
+  and test sets (``partition.test_fraction``).
+- ``'official'`` (the FedMRL authors' code, ``experiments/dataset.py``): CIFAR's train
+  split (minus ``data.validation`` examples held out, used by nobody; the authors hold
+  out 10,000) partitioned for training, and CIFAR's test split partitioned so that each
+  client's test set has the class proportions of its training set.
+
+Everything is numpy and deterministic in the seed, so a resumed run (and every process
+of a deployment) rebuilds the same clients.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fedjax_het.data.partition import class_counts, partition, split_like, train_test_split
+from fedjax_het.data import sources
+
+POOLS = ("pooled", "official")
+
+
+class Pool(NamedTuple):
+  """The examples of a run.
+
+  Attributes:
+    x: uint8 [P, H, W, C] images.
+    y: int32 [P] labels.
+    num_classes: classes of the dataset.
+    num_train: the first ``num_train`` rows come from the dataset's train split (the
+      rest from its test split); ``'official'`` partitions the two parts separately.
+  """
+  x: np.ndarray
+  y: np.ndarray
+  num_classes: int
+  num_train: int
+
+
+def load_pool(config) -> Pool:
+  """The pool of ``config.data`` (see module docstring).
+
+  ``data.subsample`` keeps the first N examples: of the concatenation (``'pooled'``), or
+  of each split in proportion to its size (``'official'``).
+  """
+  raw = sources.load_dataset(config.data.name, config.data.path)
+  x_tr, y_tr, x_te, y_te = raw.x_train, raw.y_train, raw.x_test, raw.y_test
+  if config.data.pool == "official":
+    if config.data.validation:
+      if config.data.validation >= len(y_tr) - config.num_clients:
+        raise ValueError(f"config.data.validation={config.data.validation} leaves too few "
+                         f"of the {len(y_tr)} training examples for {config.num_clients} "
+                         "clients")
+      keep = np.sort(np.random.default_rng([config.seed, 2]).permutation(len(y_tr))[
+          :len(y_tr) - config.data.validation])
+      x_tr, y_tr = x_tr[keep], y_tr[keep]
+    if config.data.subsample:
+      n_tr = round(config.data.subsample * len(y_tr) / (len(y_tr) + len(y_te)))
+      x_tr, y_tr = x_tr[:n_tr], y_tr[:n_tr]
+      x_te, y_te = x_te[:config.data.subsample - n_tr], y_te[:config.data.subsample - n_tr]
+  x = np.concatenate([x_tr, x_te])
+  y = np.concatenate([y_tr, y_te]).astype(np.int32)
+  num_train = len(y_tr)
+  if config.data.pool == "pooled" and config.data.subsample:
+    x, y = x[:config.data.subsample], y[:config.data.subsample]
+    num_train = min(num_train, len(y))
+  return Pool(x, y, raw.num_classes, num_train)
+
+
+def public_holdout(config, candidates: np.ndarray) -> np.ndarray:
+  """``candidates`` minus the last ``data.public`` of a seeded permutation (sorted).
+
+  The held-out examples stay in the pool as the server's public set (Moss) and no client
+  holds them.
+  """
+  if not config.data.public:
+    return candidates
+  if config.data.public >= len(candidates) - config.num_clients:
+    raise ValueError(f"config.data.public={config.data.public} leaves too few of the "
+                     f"{len(candidates)} examples for {config.num_clients} clients")
+  perm = np.random.default_rng([config.seed, 1]).permutation(len(candidates))
+  return np.sort(candidates[perm[:len(candidates) - config.data.public]])
+
+
+def partition_clients(config, y: np.ndarray, num_classes: int, num_train: int | None = None):
+  """Per-client (train, test) index lists and class counts, deterministic from the seed.
+
+  Args:
+    config: the run's config (``data``, ``partition``, ``num_clients``, ``seed``).
+    y: int [P] labels of the pool.
+    num_classes: C.
+    num_train: rows of the pool from the train split (``Pool.num_train``); needed by
+      ``'official'`` (default: all rows).
+
+  Returns:
+    (train, test, counts): lists of N int64 index arrays into the pool, and int
+    [N, 2, C] train and test class counts.
+  """
+  p = config.partition
+  kwargs = dict(kind=p.kind, seed=config.seed, num_classes=num_classes,
+                classes_per_client=p.classes_per_client, alpha=p.alpha, shares=p.shares)
+  if config.data.pool == "official":
+    num_train = len(y) if num_train is None else num_train
+    rest = public_holdout(config, np.arange(num_train))
+    train = [rest[np.asarray(i, np.int64)] for i in
+             partition(y[rest], config.num_clients, **kwargs)]
+    train_counts = class_counts(y, train, num_classes)
+    test = [num_train + i for i in
+            split_like(y[num_train:], train_counts, seed=config.seed + 1)]
+  else:
+    rest = public_holdout(config, np.arange(len(y)))
+    parts = partition(y[rest], config.num_clients, **kwargs)
+    parts = [rest[np.asarray(idx, np.int64)] for idx in parts]
+    train, test = train_test_split(parts, seed=config.seed,
+                                                 test_fraction=p.test_fraction)
+  counts = np.stack([class_counts(y, train, num_classes),
+                     class_counts(y, test, num_classes)], axis=1)
+  return train, test, counts
