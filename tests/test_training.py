@@ -174,3 +174,34 @@ def test_extra_metrics_are_the_algorithms_own_at_the_last_round():
   m = {"train_loss": np.ones(2), "group_finite": np.ones((2, 3), bool),
        "fidelity": np.array([[0.1, 0.2], [0.3, 0.4]]), "public_overlap": np.array([0.0, 0.5])}
   assert loop.extra_metrics(m) == {"fidelity": [0.3, 0.4], "public_overlap": 0.5}
+
+
+def test_sampled_clients_evaluation_after_training(tiny_config, tmp_path):
+  # Standalone at C = 100 %: the clients just trained are every client, and their
+  # personalized model is all there is, so (b) equals (a) every round.
+  loop.run(tiny_config(models="tiny"), str(tmp_path / "s"), log=lambda s: None)
+  for row in _rows(tmp_path / "s"):
+    assert row["sampled_test_acc"] == pytest.approx(row["mean_test_acc"], abs=1e-6)
+  # One FedAvg client: the average of its upload is its upload, so (b) = (a) again.
+  summary = loop.run(tiny_config("fedavg", "tiny", {"num_clients": 1}), str(tmp_path / "f"),
+                     log=lambda s: None)
+  rows = _rows(tmp_path / "f")
+  for row in rows:
+    assert row["sampled_test_acc"] == pytest.approx(row["mean_test_acc"], abs=1e-6)
+  assert summary["best_sampled_test_acc"] == max(r["sampled_test_acc"] for r in rows)
+  assert summary["final_sampled_test_acc"] == rows[-1]["sampled_test_acc"]
+  assert summary["compile_s"] > 0 and summary["round_s"] > 0
+  off = loop.run(tiny_config(models="tiny", overrides={"eval_sampled": False}),
+                 str(tmp_path / "off"), log=lambda s: None)
+  assert "sampled_test_acc" not in _rows(tmp_path / "off")[0]
+  assert "best_sampled_test_acc" not in off
+
+
+def test_progress_lines_from_round_one(tiny_config, tmp_path):
+  logs = []
+  loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4, "eval_every": 4}),
+           str(tmp_path), log=logs.append)
+  assert logs[0].startswith("standalone | cifar10 (800 examples, pool pooled) | 8 clients")
+  assert logs[1].startswith("round 1/4 | sampled clients acc")  # before any evaluation
+  assert logs[2].startswith("compiled in ")
+  assert logs[-1].startswith("round 4/4 | mean test acc")

@@ -104,16 +104,25 @@ def state_shardings(abstract: State, mesh) -> State:
                server=jax.tree.map(lambda _: rep, abstract.server))
 
 
+def round_with_checks(alg: Algorithm) -> Callable:
+  """``alg.round`` whose metrics also say which groups' parameters are finite."""
+  def one_round(state, data):
+    state, metrics = alg.round(state, data)
+    return state, dict(metrics, group_finite=finite_groups(state))
+  return one_round
+
+
 def compile_fns(exp: Experiment):
-  """Jitted (init, run_rounds, evaluate) with fixed shardings; donated state buffers."""
+  """Jitted (init, run_rounds, evaluate) with fixed shardings; donated state buffers.
+
+  ``run_rounds(state, data, num_rounds)`` scans a static number of rounds (one compile
+  per ``num_rounds``); ``run`` uses ``compile_dispatch`` instead.
+  """
   alg, mesh = exp.algorithm, exp.runtime.mesh
   abstract = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
   shards = state_shardings(abstract, mesh)
   init = jax.jit(alg.init, out_shardings=shards)
-
-  def one_round(state, data):
-    state, metrics = alg.round(state, data)
-    return state, dict(metrics, group_finite=finite_groups(state))
+  one_round = round_with_checks(alg)
 
   @functools.partial(jax.jit, static_argnums=2, donate_argnums=0,
                      out_shardings=(shards, None))
@@ -124,6 +133,35 @@ def compile_fns(exp: Experiment):
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract, shards)
   return init, run_rounds, evaluate, abstract
+
+
+def compile_dispatch(exp: Experiment, max_rounds: int) -> Callable:
+  """Jitted ``(state, data, n) -> (state, metrics)`` running ``n <= max_rounds`` rounds.
+
+  ``n`` is a traced argument (a ``lax.while_loop``), so the run compiles once whatever
+  the number of rounds per dispatch; round ``i`` of the dispatch writes row ``i`` of
+  every metric ``[max_rounds, ...]`` (rows from ``n`` on are zeros). The state buffers
+  are donated.
+  """
+  alg, mesh = exp.algorithm, exp.runtime.mesh
+  shards = state_shardings(jax.eval_shape(alg.init, jax.random.PRNGKey(0)), mesh)
+  one_round = round_with_checks(alg)
+
+  @functools.partial(jax.jit, donate_argnums=0, out_shardings=(shards, None))
+  def dispatch(state, data, n):
+    shapes = jax.eval_shape(one_round, state, data)[1]
+    rows = jax.tree.map(lambda a: jnp.zeros((max_rounds,) + a.shape, a.dtype), shapes)
+
+    def body(carry):
+      i, state, rows = carry
+      state, metrics = one_round(state, data)
+      rows = jax.tree.map(lambda r, v: r.at[i].set(v), rows, metrics)
+      return i + 1, state, rows
+
+    _, state, rows = jax.lax.while_loop(lambda c: c[0] < n, body,
+                                        (jnp.zeros((), jnp.int32), state, rows))
+    return state, rows
+  return dispatch
 
 
 def finite_groups(state: State) -> jax.Array:
@@ -163,6 +201,20 @@ def fingerprint(exp: Experiment) -> dict:
   return flat
 
 
+def describe(exp: Experiment, start: int) -> str:
+  """One line on what will run: algorithm, data, clients, architectures, devices, rounds."""
+  c = exp.config
+  archs = ", ".join(f"{a} x{n}" for a, n in zip(exp.runtime.layout.archs,
+                                               exp.runtime.layout.group_sizes))
+  k = sum(exp.runtime.expected_sampled(g) for g in range(exp.runtime.layout.num_groups))
+  devices = f"{exp.runtime.num_shards} {jax.default_backend()} device" + (
+      "s" if exp.runtime.num_shards > 1 else "")
+  return (f"{c.algorithm} | {c.data.name} ({len(exp.data.y)} examples, pool "
+          f"{c.data.pool}) | {c.num_clients} clients ({archs}), {k:g} per round | "
+          f"{devices} | rounds {start + 1}..{c.num_rounds}, E={c.local_epochs}, "
+          f"B={c.batch_size}")
+
+
 def next_stop(round_: int, config) -> int:
   """The next round after ``round_`` that evaluates, checkpoints or ends the run."""
   stops = [config.num_rounds, (round_ // config.eval_every + 1) * config.eval_every]
@@ -197,7 +249,9 @@ def check_finite(metrics: dict, first_round: int, archs) -> None:
 
 
 STANDARD_METRICS = ("train_loss", "group_train_loss", "uplink_params", "downlink_params",
-                    "group_finite")
+                    "group_finite", "sampled_test_acc")
+PROGRESS_S = 20.0  # aim for a progress line about this often (seconds)
+MAX_DISPATCH = 1000  # most rounds in one dispatch (sizes the per-round metric buffers)
 
 
 def extra_metrics(metrics: dict) -> dict:
@@ -252,7 +306,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
     clear_outputs(workdir)
   os.makedirs(workdir, exist_ok=True)
   distributed.sync("fedjax_het:workdir_ready")
-  init, run_rounds, evaluate, abstract = compile_fns(exp)
+  init, _, evaluate, abstract = compile_fns(exp)
+  max_rounds = min(config.num_rounds, MAX_DISPATCH)
+  dispatch = compile_dispatch(exp, max_rounds)
   ckpt = (ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                 max_to_keep=config.keep_checkpoints,
                                 fingerprint=fingerprint(exp)))
@@ -272,30 +328,56 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   distributed.sync("fedjax_het:outputs_ready")  # others read metrics.jsonl once rewritten
   if not primary:
     log_rows = metrics_lib.MetricsLog(metrics_path, start, write=False)
+  if start < config.num_rounds:
+    log(describe(exp, start))
   progress = metrics_lib.Progress(config.num_rounds, start, log)
   t0, wall0 = time.perf_counter(), meta["wall_s"]
   up, down = meta["uplink_params"], meta["downlink_params"]
-  acc = None
+  best_sampled = max((row["best_sampled_test_acc"] for row in log_rows.rows
+                      if "best_sampled_test_acc" in row), default=None)
+  acc, sampled, loss = None, None, float("nan")
+  timing = {"first_dispatch_s": None, "round_s": None}
   r = start
   while r < config.num_rounds:
     stop = next_stop(r, config)
-    # ---- train rounds r+1 .. stop in one dispatch
-    state, m = run_rounds(state, exp.data, stop - r)
-    m = distributed.to_host(m)
+    # ---- train rounds r+1 .. r+n in one dispatch: one round first (progress from round
+    # one, and it times the compilation), then about PROGRESS_S of rounds at a time
+    if timing["first_dispatch_s"] is None or timing["round_s"] is None:
+      n = 1
+    else:
+      n = int(max(1, min(PROGRESS_S / max(timing["round_s"], 1e-6), max_rounds)))
+    n = min(n, stop - r)
+    t_dispatch = time.perf_counter()
+    state, m = dispatch(state, exp.data, jnp.int32(n))
+    m = jax.tree.map(lambda a: a[:n], distributed.to_host(m))
+    took = time.perf_counter() - t_dispatch
+    if timing["first_dispatch_s"] is None:
+      timing["first_dispatch_s"] = took
+    elif timing["round_s"] is None:
+      timing["round_s"] = took / n
+      log(progress.estimate(timing["first_dispatch_s"], timing["round_s"],
+                            jax.default_backend()))
     check_finite(m, r, exp.runtime.layout.archs)
     up += float(np.sum(m["uplink_params"]))
     down += float(np.sum(m["downlink_params"]))
     loss = float(m["train_loss"][-1])
-    r = stop
+    if "sampled_test_acc" in m:
+      sampled = float(m["sampled_test_acc"][-1])
+      chunk_best = float(np.max(m["sampled_test_acc"]))
+      best_sampled = chunk_best if best_sampled is None else max(best_sampled, chunk_best)
+    r += n
     wall = wall0 + time.perf_counter() - t0
-    # ---- evaluate every client on its own test split
-    if r % config.eval_every == 0 or r == config.num_rounds:
+    # ---- evaluate every client on its own test split, with the server's parameters
+    evaluated = r % config.eval_every == 0 or r == config.num_rounds
+    if evaluated:
       acc = per_client_accuracy(exp, evaluate(state, exp.data))
       wall = wall0 + time.perf_counter() - t0
-      log_rows.append({"round": r, "mean_test_acc": float(acc.mean()), "train_loss": loss,
-                       "uplink_params": up, "downlink_params": down,
-                       **extra_metrics(m), "wall_s": wall})
-      progress.update(r, float(acc.mean()), loss)
+      row = {"round": r, "mean_test_acc": float(acc.mean()), "train_loss": loss,
+             "uplink_params": up, "downlink_params": down}
+      if sampled is not None:
+        row.update(sampled_test_acc=sampled, best_sampled_test_acc=best_sampled)
+      log_rows.append({**row, **extra_metrics(m), "wall_s": wall})
+    progress.update(r, float(acc.mean()) if evaluated else None, loss, sampled)
     # ---- checkpoint
     if (config.checkpoint_every and r % config.checkpoint_every == 0) or r == config.num_rounds:
       ckpt.save(r, state, {"round": r, "uplink_params": up, "downlink_params": down,
@@ -311,8 +393,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       "rounds_completed": r,
       "uplink_params": rows[-1]["uplink_params"],
       "downlink_params": rows[-1]["downlink_params"],
+      "wall_s": rows[-1]["wall_s"],
       "config": config.to_dict(),
   }
+  if "sampled_test_acc" in rows[-1]:
+    summary.update(final_sampled_test_acc=rows[-1]["sampled_test_acc"],
+                   best_sampled_test_acc=rows[-1]["best_sampled_test_acc"])
+  if timing["first_dispatch_s"] is not None:
+    # compilation: the first dispatch (one round) minus a compiled round's time
+    summary.update(compile_s=timing["first_dispatch_s"] - (timing["round_s"] or 0.0),
+                   round_s=timing["round_s"])
   if primary:
     metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   return summary

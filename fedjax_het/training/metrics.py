@@ -62,15 +62,58 @@ class MetricsLog:
 
 
 class Progress:
-  """Prints ``round r/R | acc | loss | rounds/s | eta`` lines."""
+  """Prints a ``round r/R | ... | rounds/s | eta`` line after every dispatch of rounds.
 
-  def __init__(self, total_rounds: int, start_round: int, log: Callable[[str], None]):
-    self.total, self.start, self.log = total_rounds, start_round, log
-    self.t0 = time.perf_counter()
+  Args:
+    total_rounds: R.
+    start_round: rounds completed before this process started (a resumed run).
+    log: where lines go.
+    clock: seconds (``time.perf_counter``; tests pass a fake one).
+  """
 
-  def update(self, round_: int, acc: float, loss: float) -> None:
-    elapsed = time.perf_counter() - self.t0
+  def __init__(self, total_rounds: int, start_round: int, log: Callable[[str], None],
+               clock: Callable[[], float] = time.perf_counter):
+    self.total, self.start, self.log, self.clock = total_rounds, start_round, log, clock
+    self.t0 = clock()
+    self.acc = None
+
+  def update(self, round_: int, acc: float | None, loss: float,
+             sampled_acc: float | None = None) -> None:
+    """One line; ``acc`` None when this round was not evaluated (the latest is shown)."""
+    if acc is not None:
+      self.acc = acc
+    elapsed = self.clock() - self.t0
     rate = (round_ - self.start) / elapsed if elapsed > 0 else math.inf
     eta = (self.total - round_) / rate if rate > 0 else math.inf
-    self.log(f"round {round_}/{self.total} | mean test acc {acc:.4f} | train loss "
-             f"{loss:.4f} | {rate:.2f} rounds/s | eta {eta:.0f}s")
+    parts = [f"round {round_}/{self.total}"]
+    if self.acc is not None:
+      parts.append(f"mean test acc {self.acc:.4f}")
+    if sampled_acc is not None:
+      parts.append(f"sampled clients acc {sampled_acc:.4f}")
+    parts += [f"train loss {loss:.4f}", f"{rate:.2f} rounds/s", f"eta {format_s(eta)}"]
+    self.log(" | ".join(parts))
+
+  def estimate(self, first_s: float, round_s: float, backend: str) -> str:
+    """The line after the second dispatch: compile time and the run's estimated time."""
+    left = (self.total - self.start - 2) * round_s
+    line = (f"compiled in {format_s(max(first_s - round_s, 0.0))}; {round_s:.2f} s per "
+            f"round, about {format_s(left)} to go")
+    if backend == "cpu" and left > CPU_HINT_S:
+      line += ("; on a CPU, the ':cpu' variant of an experiment config "
+               "(--config=experiments/<algorithm>.py:cpu) finishes in minutes")
+    return line
+
+
+CPU_HINT_S = 15 * 60
+
+
+def format_s(seconds: float) -> str:
+  """``42s``, ``3m05s``, ``2h07m`` (or ``?`` when unknown)."""
+  if not math.isfinite(seconds):
+    return "?"
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f"{seconds}s"
+  if seconds < 3600:
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
