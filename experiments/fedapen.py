@@ -21,6 +21,6 @@ def get_config(arg=None):
   c.algo.small_arch = "cnn5"
   c.algo.rep_dim = 500
   c.algo.holdout_fraction = 0.1
-  c.algo.lambda_steps = 10
-  c.algo.lambda_learning_rate = 1.0
+  c.algo.lambda_steps = 1
+  c.algo.lambda_learning_rate = 1e-3
   return apply_variant(c, arg)

@@ -185,6 +185,11 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_keys("algo.", c.algo.keys(), spec.hparams)
   for key, choices in spec.choices.items():
     _check_choice(f"algo.{key}", c.algo.get(key, spec.hparams[key]), choices)
+  for key, default in spec.hparams.items():
+    if isinstance(default, bool):
+      _check_bool(f"algo.{key}", c.algo.get(key, default))
+  if spec.check is not None:
+    spec.check(c)
 
 
 def with_algo_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

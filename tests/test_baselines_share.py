@@ -124,3 +124,17 @@ def test_run_end_to_end(tiny_config, tmp_path, name, models, algo):
   if name == "lg_fedavg":
     assert rows[0]["uplink_params"] == rows[0]["downlink_params"] == 500 * 10 + 10
   assert summary["rounds_completed"] == 2
+
+
+def test_fedproto_keeps_the_last_known_prototype_of_a_class_nobody_sent():
+  from fedjax_het.algorithms import fedproto
+  old = {"table": jnp.array([[1.0, 1.0], [2.0, 2.0], [0.0, 0.0]]),
+         "valid": jnp.array([True, True, False])}
+  # this round's clients hold class 0 and 2 only
+  uploads = [{"means": jnp.array([[[5.0, 5.0], [0.0, 0.0], [7.0, 7.0]]]),
+              "counts": jnp.array([[3.0, 0.0, 1.0]])}]
+  new = fedproto.aggregate_classes(uploads)
+  np.testing.assert_array_equal(new["valid"], [True, False, True])  # HtFLlib: class 1 lost
+  kept = fedproto.remember(old, new)
+  np.testing.assert_array_equal(kept["valid"], [True, True, True])
+  np.testing.assert_allclose(kept["table"], [[5.0, 5.0], [2.0, 2.0], [7.0, 7.0]])

@@ -80,3 +80,24 @@ def test_round_compiles_once_and_sends_theta(tiny_config):
   assert not np.allclose(jax.tree.leaves(state.server)[0], jax.tree.leaves(theta0)[0])
   counts = exp.algorithm.evaluate(state, exp.data)
   assert len(counts) == 2  # two architecture groups
+
+
+def test_projector_is_initialised_as_torch_linear():
+  nets = fedmrl.FedMRLNets("cnn1", small_arch="tiny", d1=100, num_classes=10, use_mrl=True,
+                           dtype=jnp.float32)
+  proj = nets.init(jax.random.PRNGKey(0))["proj"]
+  bound = 1.0 / np.sqrt(100 + fedmrl.LOCAL_REP_DIM)
+  for leaf in (proj["kernel"], proj["bias"]):
+    leaf = np.asarray(leaf)
+    assert np.abs(leaf).max() <= bound * (1 + 1e-6)
+    np.testing.assert_allclose(leaf.std(), bound / np.sqrt(3), rtol=0.05)  # U(-b, b)
+  assert np.abs(np.asarray(proj["bias"])).min() > 0
+
+
+def test_last_client_aggregation_returns_one_sampled_clients_theta():
+  uploads = ({"w": jnp.array([[1.0], [2.0], [0.0]])}, {"w": jnp.array([[3.0], [0.0]])})
+  weights = (jnp.array([5.0, 1.0, 0.0]), jnp.array([2.0, 0.0]))
+  picked = {float(fedmrl.last_client(uploads, weights, jax.random.PRNGKey(s))["w"][0])
+            for s in range(40)}
+  assert picked == {1.0, 2.0, 3.0}  # any real slot, never padding, whatever its weight
+  np.testing.assert_allclose(fedmrl.aggregate(uploads, weights)["w"], [(5 + 2 + 6) / 8])

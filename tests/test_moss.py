@@ -103,7 +103,7 @@ def two_tiny_archs(monkeypatch):
 
 def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_archs):
   c = tiny_config("moss", models="tiny,tiny2", overrides={
-      "algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
+      "data.public": 32, "algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
       "algo.wire_layers": "conv2,rep"})
   exp = loop.prepare(c)
   alg, rt = exp.algorithm, exp.runtime
@@ -135,7 +135,8 @@ def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_ar
 
 def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
   c = tiny_config("moss", models="tiny,tiny2", overrides={
-      "algo.public_size": 16, "algo.mapping": "naive", "algo.aggregation": "uniform"})
+      "data.public": 16, "algo.public_size": 16, "algo.mapping": "naive",
+      "algo.aggregation": "uniform"})
   exp = loop.prepare(c)
   init, *_ = loop.compile_fns(exp)
   state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
@@ -145,3 +146,12 @@ def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
   for g in range(2):
     np.testing.assert_allclose(state.server["types"][g]["extractor"]["conv1"]["kernel"],
                                state.server["proxy"]["extractor"]["conv1"]["kernel"])
+
+
+def test_moss_without_a_held_out_public_set_is_refused_before_data(tiny_config):
+  from fedjax_het import config as config_lib
+  with pytest.raises(ValueError, match=r"data.public=0 is invalid: Moss needs a public set"):
+    config_lib.validate(tiny_config("moss", "tiny"))
+  with pytest.raises(ValueError, match=r"algo.public_size=500"):
+    config_lib.validate(tiny_config("moss", "tiny", {"data.public": 100}))
+  config_lib.validate(tiny_config("moss", "tiny", {"data.public": 500}))

@@ -24,9 +24,10 @@ OVERRIDES = {  # keep every model tiny; the default (none) suits the rest
     "fedmrl": {"algo.small_arch": "tiny", "algo.d1": 16},
     "fedmoe": {"algo.global_arch": "tiny", "algo.gating_hidden": 8},
     "fml": SMALL_SHARED,
-    "fedkd": {**SMALL_SHARED, "algo.svd_energy": 0.9},
+    "fedkd": {**SMALL_SHARED, "algo.svd_energy_start": 0.9},
     "fedapen": SMALL_SHARED,
-    "moss": {"algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
+    "moss": {"data.public": 32, "algo.public_size": 32, "algo.public_batch": 16,
+             "algo.wire_steps": 1,
              "algo.wire_layers": "conv2,rep"},
 }
 # The simulator maps the sampled clients inside one program (blocks of a device-sharded
@@ -245,12 +246,13 @@ def test_standalone_sends_nothing_and_the_server_keeps_nothing():
 
 
 def test_fedkd_server_adds_the_mean_update_and_counts_the_downlink():
-  proto = fedkd.fedkd(one_group_runtime(), learning_rate=0.1, svd_energy=0.0).protocol
+  proto = fedkd.fedkd(one_group_runtime(), learning_rate=0.1, svd_energy_start=0.0).protocol
   theta = {"b": jnp.array([1.0, 1.0])}
   updates = ({"b": jnp.array([[2.0, 0.0], [0.0, 4.0]])},)
-  server, metrics = proto.aggregate(theta, updates, (jnp.array([1.0, 1.0]),),
-                                    jax.random.PRNGKey(0), None)
-  np.testing.assert_allclose(server["b"], [2.0, 3.0])  # 1 + (2 + 0)/2, 1 + (0 + 4)/2
+  server, metrics = proto.aggregate({"theta": theta, "round": jnp.int32(0)}, updates,
+                                    (jnp.array([1.0, 1.0]),), jax.random.PRNGKey(0), None)
+  np.testing.assert_allclose(server["theta"]["b"], [2.0, 3.0])  # 1 + (2+0)/2, 1 + (0+4)/2
+  assert int(server["round"]) == 1
   assert float(metrics["downlink_params"]) == 2.0  # uncompressed: both scalars
 
 

@@ -130,11 +130,14 @@ class Spec(NamedTuple):
     hparams: the algorithm's own config keys (``config.algo``) with their defaults.
     choices: for string-valued ``hparams``, the valid values.
     homogeneous_only: True when all clients must share one architecture.
+    check: optional ``(config) -> None`` raising ValueError for a config the algorithm
+      cannot run (``fedjax_het.config.validate`` calls it before any data is read).
   """
   build: Callable
   hparams: dict
   choices: dict = {}
   homogeneous_only: bool = False
+  check: Callable | None = None
 
 
 def sgd_args(config) -> dict:

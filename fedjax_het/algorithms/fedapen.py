@@ -8,14 +8,16 @@ Symbols (paper -> code):
   k's private heterogeneous model (``params['local']``), as in FML (``fml.py``).
 - lambda_k in [0, 1]: the weight of the private model in the ensemble output
   y_ens = lambda_k * f_private(x) + (1 - lambda_k) * f_shared(x) (on logits);
-  ``model_state['lam']`` holds its logit, lambda_k = sigmoid(lam) (0.5 at start).
+  ``model_state['lam']`` holds lambda_k itself (0.5 at start).
 
 One round of client k:
 1. Download theta into the shared model.
 2. Learning for adaptability: with both models fixed, lambda_k minimises
    CE(y_ens, y) on a held-out part of the local train data (the last
    ``holdout_fraction`` of the client's real train examples, a deterministic split),
-   by ``lambda_steps`` full-batch gradient steps of size ``lambda_learning_rate``.
+   by SGD over minibatches of the held-out part (``lambda_steps`` passes, step
+   ``lambda_learning_rate`` = 1e-3), lambda clipped to [0, 1] after every step, as the
+   authors' code.
 3. Learning for ensemble: on the remaining train examples both models take SGD steps on
    L_private = CE(p_private, y) + KL(p_shared || p_private)
                + CE(lambda y_private + (1 - lambda) sg(y_shared), y),
@@ -33,10 +35,11 @@ and ``learn_weight_for_inference``):
 
 - Unit weights on CE, KL and ensemble CE in both losses (not FML's alpha/beta), and the
   ensemble mixes raw logits.
-- lambda starts at 0.5 and is learned on held-out data with the models frozen (the
-  reference clips a raw weight to [0, 1]; the brief's sigmoid keeps it in (0, 1)), for
-  10 passes; the FederatedScope variant of the reference uses one full batch of the
-  held-out examples, as we do (its logits are computed once, the models being fixed).
+- lambda starts at 0.5 and is learned on held-out data with the models frozen: a raw
+  weight, clipped to [0, 1] after each SGD step of lr 1e-3 on a minibatch (batch size
+  B) of the held-out examples, as the reference. The held-out logits are computed once
+  (the models are fixed) and walked in table order (the reference's loader order
+  differs; no shuffle here).
 - Held-out examples are not trained on in that round.
 """
 from __future__ import annotations
@@ -94,31 +97,42 @@ def holdout_split(idx: jax.Array, mask: jax.Array, fraction: float, batch_size: 
 
 
 def learn_lambda(lam: jax.Array, logits_l: jax.Array, logits_g: jax.Array,
-                 labels: jax.Array, mask: jax.Array, *, steps: int,
-                 learning_rate: float) -> jax.Array:
-  """Gradient descent on the logit of lambda for CE of the ensemble (models fixed).
+                 labels: jax.Array, mask: jax.Array, *, steps: int, learning_rate: float,
+                 batch_size: int) -> jax.Array:
+  """Minibatch SGD on lambda for CE of the ensemble (models fixed), clipped to [0, 1].
 
   Args:
-    lam: scalar logit of lambda.
+    lam: scalar lambda in [0, 1].
     logits_l, logits_g: [H, C] held-out logits of the private and shared models.
-    labels, mask: [H].
+    labels, mask: [H]; ``H`` a multiple of ``batch_size``.
+    steps: passes over the held-out minibatches.
+    learning_rate: SGD step (1e-3 in the authors' code).
+    batch_size: minibatch size; a batch of padding only is no step.
 
   Returns:
-    the new logit (unchanged when ``mask`` is all False).
+    the new lambda (unchanged when ``mask`` is all False).
   """
-  def loss(l):
-    return cl.cross_entropy(ensemble(logits_l, logits_g, jax.nn.sigmoid(l)), labels, mask)
+  batches = jax.tree.map(lambda a: a.reshape((-1, batch_size) + a.shape[1:]),
+                         (logits_l, logits_g, labels, mask))
 
-  def step(l, _):
-    return l - learning_rate * jax.grad(loss)(l), None
-  return jax.lax.scan(step, lam, None, length=steps)[0]
+  def loss(l, batch):
+    bl, bg, by, bm = batch
+    return cl.cross_entropy(ensemble(bl, bg, l), by, bm)
+
+  def step(l, batch):
+    new = jnp.clip(l - learning_rate * jax.grad(loss)(l, batch), 0.0, 1.0)
+    return jnp.where(jnp.any(batch[3]), new, l), None
+
+  def one_pass(l, _):
+    return jax.lax.scan(step, l, batches)[0], None
+  return jax.lax.scan(one_pass, lam, None, length=steps)[0]
 
 
 def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
             weight_decay: float = 0.0, grad_clip: float = 0.0,
             small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
-            holdout_fraction: float = 0.1, lambda_steps: int = 10,
-            lambda_learning_rate: float = 1.0) -> base.Algorithm:
+            holdout_fraction: float = 0.1, lambda_steps: int = 1,
+            lambda_learning_rate: float = 1e-3) -> base.Algorithm:
   """Builds FedAPEN.
 
   Args:
@@ -127,11 +141,12 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     small_arch, rep_dim: architecture and representation width of the shared model.
     holdout_fraction: part of each client's train data that lambda is learned on.
-    lambda_steps, lambda_learning_rate: gradient descent on lambda's logit per round.
+    lambda_steps, lambda_learning_rate: passes of minibatch SGD on lambda per round, and
+      its step size.
 
   Returns:
     ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k},
-    ``state.clients[g].model_state`` = {'lam': logit of lambda_k}, stacked over the
+    ``state.clients[g].model_state`` = {'lam': lambda_k}, stacked over the
     group's clients; ``state.server`` = theta.
   """
   if not 0.0 < holdout_fraction < 1.0:
@@ -143,7 +158,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     def fn(params, model_state, batch, rng):
       del rng
       (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
-      lam = jax.nn.sigmoid(model_state["lam"])
+      lam = model_state["lam"]
       loss_l, loss_g = ensemble_losses(logits_l, logits_g, lam, batch.y, batch.mask)
       return loss_l + loss_g, model_state
     return fn
@@ -161,7 +176,8 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
     logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
     lam = learn_lambda(client.model_state["lam"], logits_l, logits_g, labels, hmask,
-                       steps=lambda_steps, learning_rate=lambda_learning_rate)
+                       steps=lambda_steps, learning_rate=lambda_learning_rate,
+                       batch_size=rt.batch_size)
     r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, opt_state,
                        data.x, data.y, idx, train_mask, key, **rt.train_options())
     new = base.ClientState(r.params, r.model_state, r.opt_state)
@@ -169,7 +185,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def predict(g, client, theta):
     params = fml.download(client, theta)  # the server's latest theta
-    lam = jax.nn.sigmoid(client.model_state["lam"])
+    lam = client.model_state["lam"]
 
     def fn(x):
       (logits_l, _), (logits_g, _) = nets[g].forward(params, x)
@@ -178,18 +194,18 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = fml.mutual_protocol(nets, opt, client_update, predict=predict,
                               trained_payload=base.own_upload,
-                              model_state={"lam": jnp.zeros((), jnp.float32)})
+                              model_state={"lam": jnp.full((), 0.5, jnp.float32)})
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)
 
 
 def weight(client: base.ClientState) -> jax.Array:
   """lambda_k in [0, 1] of a client state (any leading client axes)."""
-  return jax.nn.sigmoid(client.model_state["lam"])
+  return client.model_state["lam"]
 
 
 SPEC = base.Spec(
     lambda c, rt: fedapen(rt, **base.sgd_args(c), **c.algo),
     dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, holdout_fraction=0.1,
-         lambda_steps=10, lambda_learning_rate=1.0),
+         lambda_steps=1, lambda_learning_rate=1e-3),
     choices=dict(small_arch=tuple(models.ARCHITECTURES)))

@@ -12,9 +12,12 @@ Symbols (paper -> code):
   D = L_t^task + L_s^task:
   L_t = CE_t + (KL(p_s || p_t) + L_h) / D,  L_s = CE_s + (KL(p_t || p_s) + L_h) / D,
   L_h = MSE(h_t, W_h h_s). All parameters take one SGD step per minibatch on L_t + L_s.
-- Client upload: the mentee's update g_k = theta_k - theta, optionally SVD-compressed
-  (each weight matrix keeps its top singular values holding a fraction ``svd_energy``
-  of the squared spectrum; 0 = no compression).
+- Client upload: the mentee's update g_k = theta_k - theta, SVD-compressed (each weight
+  matrix keeps its top singular values holding a fraction T of the squared spectrum).
+  The energy threshold is annealed over the rounds as the paper's dynamic gradient
+  approximation: T(t) = T_start + (T_end - T_start) * t / R at round t of R
+  (``svd_energy_start`` 0.95 -> ``svd_energy_end`` 0.98 by default, the paper's values;
+  ``svd_energy_start=0`` sends updates uncompressed).
 - Server: g = sum_k n_k g_k / sum_k n_k over the round's clients (``fedmrl.aggregate``),
   compressed the same way for the downlink; theta <- theta + g.
 
@@ -34,8 +37,10 @@ and settled where the paper leaves them open:
   fixed (``stop_gradient``) scale, so the adaptive weight only rescales the
   distillation gradients; the reference lets gradients flow through both.
 - Weight tensors with more than two axes (5x5 kernels [5, 5, C_in, C_out]) are
-  compressed as the matrix [5*5*C_in, C_out]; biases are sent whole. The reference
-  anneals the energy from T_start to T_end over rounds; we keep it constant.
+  compressed as the matrix [5*5*C_in, C_out]; biases are sent whole. The energy is
+  annealed from T_start to T_end over the run's rounds, as the reference does; the
+  server keeps the round count (``state.server['round']``) and sends the round's T with
+  theta.
 - The reference averages uniformly over clients; we weight by example counts like every
   other algorithm here.
 - No gradient clipping (the reference clips at norm 10).
@@ -86,14 +91,20 @@ def svd_compress(a: jax.Array, energy: float) -> tuple[jax.Array, jax.Array]:
           jnp.where(small, factored, m * n).astype(jnp.float32))
 
 
-def compress_tree(tree, energy: float):
+def energy_at(round_: jax.Array, start: float, end: float, num_rounds: int) -> jax.Array:
+  """T of the round after ``round_`` completed rounds: start -> end linearly over R rounds."""
+  t = jnp.minimum(round_ + 1, num_rounds).astype(jnp.float32)
+  return start + (end - start) * t / max(num_rounds, 1)
+
+
+def compress_tree(tree, energy: float | jax.Array):
   """``svd_compress`` on every leaf with >= 2 axes (as [prod(shape[:-1]), shape[-1]]).
 
   Returns:
-    (reconstructed tree, parameters sent as float32 scalar). ``energy <= 0``: the tree
-    itself and its size.
+    (reconstructed tree, parameters sent as float32 scalar). A Python ``energy <= 0``:
+    the tree itself and its size (a traced energy always compresses).
   """
-  if energy <= 0:
+  if not isinstance(energy, jax.Array) and energy <= 0:
     return tree, jnp.asarray(base.count_params(tree), jnp.float32)
 
   def one(a):
@@ -129,7 +140,8 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask):
 def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
           weight_decay: float = 0.0, grad_clip: float = 0.0,
           small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
-          svd_energy: float = 0.0) -> base.Algorithm:
+          svd_energy_start: float = 0.95, svd_energy_end: float = 0.98,
+          num_rounds: int = 100) -> base.Algorithm:
   """Builds FedKD.
 
   Args:
@@ -137,15 +149,24 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     learning_rate, momentum: SGD of mentor, mentee and W_h.
     weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     small_arch, rep_dim: architecture and representation width of the mentee.
-    svd_energy: energy kept by the SVD compression of updates, in [0, 1] (0 = off;
-      the paper anneals it from 0.95 to 0.98).
+    svd_energy_start, svd_energy_end: energy T kept by the SVD compression of updates
+      at the first and the last round, in [0, 1] (start 0 = no compression; the paper
+      anneals 0.95 -> 0.98).
+    num_rounds: R, the rounds the annealing spans (the run's ``num_rounds``).
 
   Returns:
-    ``Algorithm``. ``state.clients[g].params`` = {'global': mentee_k, 'local': mentor_k,
+    ``Algorithm``; ``state.server`` = {'theta': the mentee, 'round': rounds aggregated}.
+    ``state.clients[g].params`` = {'global': mentee_k, 'local': mentor_k,
     'proj': {'kernel': W_h}} stacked over the group's clients; ``state.server`` = theta.
   """
-  if not 0.0 <= svd_energy <= 1.0:
-    raise ValueError(f"algo.svd_energy={svd_energy} must be in [0, 1] (0 = off)")
+  for key, value in (("svd_energy_start", svd_energy_start),
+                     ("svd_energy_end", svd_energy_end)):
+    if not 0.0 <= value <= 1.0:
+      raise ValueError(f"algo.{key}={value} must be in [0, 1] (start 0 = off)")
+  compress = svd_energy_start > 0
+
+  def energy(round_):
+    return energy_at(round_, svd_energy_start, svd_energy_end, num_rounds)
   nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   w_h = nn.Dense(fml.LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
@@ -164,34 +185,41 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return loss_t + loss_s, model_state
     return fn
 
-  def client_update(g, client, theta, data, idx, mask, key):
+  def client_update(g, client, payload, data, idx, mask, key):
+    theta = payload["theta"]
     params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
     r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
-                       mask, key,
-                       **rt.train_options())
-    update, sent = compress_tree(uplink(r.params, theta), svd_energy)
+                       mask, key, **rt.train_options())
+    update, sent = compress_tree(uplink(r.params, theta),
+                                 payload["energy"] if compress else 0.0)
     return (base.ClientState(r.params, None, r.opt_state), update,
             {"loss": r.loss, "sent": sent})
 
-  def server_aggregate(theta, uploads, weights, train_key, server_data):
+  def server_aggregate(server, uploads, weights, train_key, server_data):
     del train_key, server_data
     update = fedmrl.aggregate(uploads, weights)  # g = sum_k n_k g_k / sum_k n_k
-    update, down = compress_tree(update, svd_energy)
-    return jax.tree.map(jnp.add, theta, update), {"downlink_params": down}
+    update, down = compress_tree(update, energy(server["round"]) if compress else 0.0)
+    theta = jax.tree.map(jnp.add, server["theta"], update)
+    return {"theta": theta, "round": server["round"] + 1}, {"downlink_params": down}
 
   proto = fml.mutual_protocol(nets, opt, client_update,
                               server_aggregate=server_aggregate, init_params=init_params)
+  init_theta = proto.init_server
+  proto = proto._replace(
+      init_server=lambda rng: {"theta": init_theta(rng), "round": jnp.zeros((), jnp.int32)},
+      downlink=lambda server, g: {"theta": server["theta"],
+                                  "energy": energy(server["round"])})
 
   def round_fn(state, data):
     results = base.train_protocol_groups(rt, proto, state, data)
-    theta, sent_down = base.aggregate_groups(proto, state, results)
+    server, sent_down = base.aggregate_groups(proto, state, results)
     active = jnp.concatenate([(r.weights > 0).astype(jnp.float32) for r in results])
     sent = jnp.concatenate([r.outputs[1]["sent"] for r in results])
     up = jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0)
     metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
                                  downlink=sent_down["downlink_params"])
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=theta), metrics
+                         server=server), metrics
 
   return base.Algorithm(base.protocol_init(rt, proto), round_fn,
                         base.protocol_evaluate(rt, proto), proto)
@@ -203,6 +231,7 @@ def uplink(params, theta):
 
 
 SPEC = base.Spec(
-    lambda c, rt: fedkd(rt, **base.sgd_args(c), **c.algo),
-    dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, svd_energy=0.0),
+    lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
+    dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, svd_energy_start=0.95,
+         svd_energy_end=0.98),
     choices=dict(small_arch=tuple(models.ARCHITECTURES)))

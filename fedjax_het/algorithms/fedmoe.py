@@ -106,7 +106,8 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     momentum: SGD momentum (0 in the paper).
     weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     gating_learning_rate: eta_phi, for the gate.
-    gating_hidden: m, the width of the gate's hidden layer.
+    gating_hidden: m, the width of the gate's hidden layer (``algo.gating_hidden``; the
+      paper does not give it; 64 here, a public re-implementation uses 128).
     global_arch: architecture whose extractor is the global expert.
 
   Returns:
@@ -114,6 +115,8 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     the gate's batch statistics, stacked over the group's clients; ``state.server``
     holds theta.
   """
+  if gating_hidden < 1:
+    raise ValueError(f"algo.gating_hidden={gating_hidden} must be >= 1")
   nets = [FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
                      num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
           for arch in rt.layout.archs]

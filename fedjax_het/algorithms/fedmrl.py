@@ -14,7 +14,16 @@ Symbols (paper -> code):
   R_i^hf = R_i[:d2] (fine, all of it, into F_hd).
 - Eq. (3) loss: l = m_lc * CE(G_hd(R^lc), y) + m_hf * CE(F_hd(R^hf), y), m = 1 by default;
   theta, omega_k and phi_k are updated together by SGD with one learning rate.
-- Eq. (4) aggregation: theta <- sum_k n_k theta_k / sum_k n_k over the round's clients.
+- Eq. (4) aggregation: theta <- sum_k n_k theta_k / sum_k n_k over the round's clients
+  (``aggregation='paper'``). The authors' code (LipingYi/FedMRL
+  ``experiments/FLHetero/FedMRL_hetero.py``) stores each sampled client's small model as
+  ``net_small.state_dict()`` without a copy, so every stored entry aliases the one
+  network and its weighted "average" is the *last* sampled client's trained small
+  model: ``aggregation='last_client'`` reproduces that (the last client of the round's
+  random sampling order, i.e. one of the sampled clients drawn uniformly with the
+  round's key), so published numbers can be compared under both.
+- P_k is initialised as PyTorch's ``nn.Linear`` (weight and bias U(+-1/sqrt(d1 + d2))),
+  as the authors' code builds it.
 
 Uplink: theta (the whole small model) only. Downlink: theta.
 
@@ -35,10 +44,12 @@ from flax import linen as nn
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.models.cnn import torch_bias_init, torch_kernel_init
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.standalone import dummy_input
 
 INFERENCE = ("mix-large", "mix-small", "single-large", "single-small")
+AGGREGATION = ("paper", "last_client")
 LOCAL_REP_DIM = 500  # d2: width of the CNN-1..5 representations
 
 
@@ -58,7 +69,8 @@ class FedMRLNets:
                                   dtype=dtype)
     self.d1, self.use_mrl = d1, use_mrl
     width = LOCAL_REP_DIM if use_mrl else d1 + LOCAL_REP_DIM
-    self.proj = nn.Dense(width, dtype=dtype)
+    self.proj = nn.Dense(width, dtype=dtype, kernel_init=torch_kernel_init,
+                         bias_init=torch_bias_init(d1 + LOCAL_REP_DIM))
 
   def init(self, key):
     k1, k2, k3 = jax.random.split(key, 3)
@@ -93,7 +105,8 @@ class FedMRLNets:
 def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
            weight_decay: float = 0.0, grad_clip: float = 0.0, d1: int = 100,
            small_arch: str = "cnn5", m_lc: float = 1.0, m_hf: float = 1.0,
-           use_mrl: bool = True, inference: str = "mix-large") -> base.Algorithm:
+           use_mrl: bool = True, inference: str = "mix-large",
+           aggregation: str = "paper") -> base.Algorithm:
   """Builds FedMRL.
 
   Args:
@@ -105,6 +118,7 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     m_lc, m_hf: loss weights of Eq. (3).
     use_mrl: False gives the "w/o MRL" ablation.
     inference: one of ``INFERENCE``.
+    aggregation: 'paper' (Eq. 4) or 'last_client' (the authors' code; module docstring).
 
   Returns:
     ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k,
@@ -112,6 +126,8 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   """
   if inference not in INFERENCE:
     raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
+  if aggregation not in AGGREGATION:
+    raise ValueError(f"algo.aggregation={aggregation!r}; valid: {AGGREGATION}")
   if not 1 <= d1 <= LOCAL_REP_DIM:
     raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
@@ -141,7 +157,9 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
-    del theta, train_key, server_data
+    del theta, server_data
+    if aggregation == "last_client":
+      return last_client(uploads, weights, train_key), {}
     return aggregate(uploads, weights), {}
 
   def predict(g, client, theta):
@@ -166,7 +184,23 @@ def aggregate(uploads: list, weights: list):
   return cl.weighted_mean(stacked, jnp.concatenate(weights))
 
 
+def last_client(uploads: list, weights: list, key: jax.Array):
+  """theta of one sampled client, drawn uniformly with ``key`` (the authors' aggregation).
+
+  Args:
+    uploads: per group, the uploaded theta_k stacked [slots_g, ...].
+    weights: per group, float32 [slots_g] (0 on padding slots).
+    key: the round's key.
+  """
+  stacked = jax.tree.map(lambda *a: jnp.concatenate(a), *uploads)
+  real = jnp.concatenate(weights) > 0
+  scores = jnp.where(real, jax.random.uniform(jax.random.fold_in(key, 7), real.shape), -1.0)
+  return jax.tree.map(lambda a: a[jnp.argmax(scores)], stacked)
+
+
 SPEC = base.Spec(
     lambda c, rt: fedmrl(rt, **base.sgd_args(c), **c.algo),
-    dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large"),
-    choices=dict(inference=INFERENCE, small_arch=tuple(models.ARCHITECTURES)))
+    dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large",
+         aggregation="paper"),
+    choices=dict(inference=INFERENCE, small_arch=tuple(models.ARCHITECTURES),
+                 aggregation=AGGREGATION))

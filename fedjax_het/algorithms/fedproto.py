@@ -9,8 +9,13 @@ Symbols (paper -> code):
 - C_i^(j) = (1/|D_i,j|) sum_{x in D_i,j} F_ex(x): client i's local prototype of class j
   (``class_stats``), sent only for the classes j it holds.
 - Global prototypes: \bar C^(j) = sum_i |D_i,j| C_i^(j) / sum_i |D_i,j| over the round's
-  clients that hold class j (``aggregate_classes``); a class nobody sent is marked
-  invalid in the server's mask.
+  clients that hold class j (``aggregate_classes``). A class nobody sent this round keeps
+  its last known global prototype (``prototype_memory=True``, the default here): under
+  partial participation a round's clients hold only some classes, and without the
+  memory a client could not predict its other classes that round (8-10 % of a client's
+  CIFAR-10 test examples, 31-33 % on CIFAR-100, at C = 10 %). ``prototype_memory=False``
+  is HtFLlib's ``serverproto`` (the table holds only this round's classes; the rest are
+  marked invalid).
 - Local loss: CE(f_i(x), y) + lamda * MSE(F_ex(x), \bar C^(y)); the MSE term is dropped
   for samples whose class has no valid global prototype (so it is off in round 1).
 
@@ -102,8 +107,14 @@ def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
   return jnp.sum(seen * active) * width / jnp.maximum(jnp.sum(active), 1.0)
 
 
-def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict
-                   ) -> base.Protocol:
+def remember(old: dict, new: dict) -> dict:
+  """The new table where a class arrived this round, the old row (and validity) elsewhere."""
+  return {"table": jnp.where(new["valid"][:, None], new["table"], old["table"]),
+          "valid": new["valid"] | old["valid"]}
+
+
+def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict,
+                   memory: bool = False) -> base.Protocol:
   """The protocol of FedProto and FD: private models, per-class tables on the wire.
 
   Args:
@@ -112,6 +123,7 @@ def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, 
     loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table.
     uplink: ``(net, params, data, idx, mask, rt) -> {'means' [C, D], 'counts' [C]}``.
     predict: ``Protocol.predict`` (payload: the global table).
+    memory: a class no client sent this round keeps its previous row (``remember``).
 
   Returns:
     ``Protocol``: client state a ``ClientState`` of its private model; server state and
@@ -125,8 +137,9 @@ def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, 
     return base.ClientState(r.params, None, r.opt_state), sent, {"loss": r.loss}
 
   def server_aggregate(table, uploads, weights, train_key, server_data):
-    del table, weights, train_key, server_data  # the class counts weigh the means
-    return aggregate_classes(uploads), {}
+    del weights, train_key, server_data  # the class counts weigh the means
+    new = aggregate_classes(uploads)
+    return (remember(table, new) if memory else new), {}
 
   return base.Protocol(private_client_init(nets, opt),
                        lambda rng: empty_table(rt.layout.num_classes, width),
@@ -153,7 +166,8 @@ def table_round(rt: base.Runtime, proto: base.Protocol, width: int):
 
 def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
              weight_decay: float = 0.0, grad_clip: float = 0.0,
-             lamda: float = 1.0, inference: str = "prototype") -> base.Algorithm:
+             lamda: float = 1.0, inference: str = "prototype",
+             prototype_memory: bool = True) -> base.Algorithm:
   """Builds FedProto.
 
   Args:
@@ -162,6 +176,8 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
     lamda: weight of the prototype MSE term.
     inference: one of ``INFERENCE``.
+    prototype_memory: keep the last known global prototype of a class nobody sent this
+      round (default); False: HtFLlib's this-round-only table.
 
   Returns:
     ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` with the private params
@@ -199,6 +215,7 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   proto = table_protocol(rt, nets, opt, width=width, loss_fn=loss_fn, uplink=uplink,
+                         memory=prototype_memory,
                          predict=predict)
   return base.Algorithm(base.protocol_init(rt, proto), table_round(rt, proto, width),
                         base.protocol_evaluate(rt, proto), proto)
@@ -230,5 +247,5 @@ def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
 
 
 SPEC = base.Spec(lambda c, rt: fedproto(rt, **base.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, inference="prototype"),
+                 dict(lamda=1.0, inference="prototype", prototype_memory=True),
                  choices=dict(inference=INFERENCE))

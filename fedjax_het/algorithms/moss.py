@@ -252,10 +252,24 @@ def type_average(uploads, weights: jax.Array, previous):
   return cl.select_tree(jnp.sum(weights) > 0, cl.weighted_mean(uploads, weights), previous)
 
 
+def check_public(config) -> None:
+  """Moss needs a public set that no client holds: ``data.public >= algo.public_size``.
+
+  Without it the public images would be drawn from the clients' own (test) examples.
+  """
+  size = config.algo.get("public_size", SPEC.hparams["public_size"])
+  if config.data.public < size:
+    raise ValueError(
+        f"config.data.public={config.data.public} is invalid: Moss needs a public set no "
+        f"client holds, data.public >= algo.public_size={size} (set "
+        f"--config.data.public={size}); with less it would use clients' test images")
+
+
 SPEC = base.Spec(
     lambda c, rt: moss(rt, **base.sgd_args(c), **c.algo),
     dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
          public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
          wire_layers="conv1,conv2,rep"),
     choices=dict(proxy_arch=("auto",) + tuple(models.ARCHITECTURES),
-                 aggregation=AGGREGATIONS, mapping=MAPPINGS))
+                 aggregation=AGGREGATIONS, mapping=MAPPINGS),
+    check=lambda c: check_public(c))
