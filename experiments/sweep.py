@@ -143,7 +143,9 @@ def plan(sweep: ml_collections.ConfigDict, sweep_dir: str) -> list[Run]:
   """Every run of a sweep (settings, then seeds, then algorithms), each config validated.
 
   The order fills every row of the table for seed 0 first, so a partial sweep already
-  compares all methods.
+  compares all methods. Every algorithm of a (setting, seed) cell gets the same clients:
+  the largest ``data.public`` of the cell (Moss's public set) is held out of the pool
+  for all of them, so Moss's row is a paired comparison with the others.
   """
   variant = sweep.get("variant") or None
   algorithms = [resolve_algorithm(e, variant) for e in sweep.algorithms]
@@ -161,10 +163,15 @@ def plan(sweep: ml_collections.ConfigDict, sweep_dir: str) -> list[Run]:
   runs = []
   for setting, overrides in settings:
     for seed in sweep.seeds:
+      cell = []
       for name, path, arg in algorithms:
         c = load_config_file(path, arg)
         config_lib.override(c, {**base, **per_algorithm.get(name, {}), **overrides,
                                 "seed": int(seed)})
+        cell.append((name, c))
+      public = max(c.data.public for _, c in cell)
+      for name, c in cell:
+        c.data.public = public
         config_lib.validate(c)
         workdir = os.path.join(sweep_dir, name, slug(setting), f"seed{seed}")
         runs.append(Run(name, setting, int(seed), c, workdir))

@@ -139,6 +139,15 @@ def test_sweep_files_plan_without_running(tmp_path):
   assert len(table) == 10 * 6 * 3
   assert {(r.config.data.name, r.config.num_clients) for r in table} == {
       (d, n) for d in ("cifar10", "cifar100") for n in (10, 50, 100)}
+  # Moss's public set is held out for every algorithm: one partition per (cell, seed)
+  assert {r.config.data.public for r in table} == {500}
+  cell = [r for r in table if r.setting == table[0].setting and r.seed == 0]
+  y = np.arange(60000) % 10
+  parts = [loop.partition_clients(r.config, y, 10)[0] for r in cell
+           if r.algorithm in ("moss", "fedmrl")]
+  assert len(parts) == 2
+  for a, b in zip(*parts):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_sweep_dry_run_cli(tmp_path):

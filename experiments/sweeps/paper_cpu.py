@@ -1,0 +1,56 @@
+r"""The CPU-sized sibling of ``paper_table.py``: the papers' protocol, sizes cut for 2 cores.
+
+Same protocol pieces as the paper sweep (SGD with momentum 0.9, weight decay 1e-3 and
+clipping at 50; flip + crop + erasing; pFedHN's U(0.4, 0.6) shares; CIFAR's own
+train/test splits with each client tested on its training class proportions; K =
+round(C * N); both evaluation protocols every round, best and final reported), on the
+CIFAR-10 column's first setting (N=10, C=100%, 2 of 10 classes per client, CNN-1..5),
+with what a CPU cannot afford cut:
+
+- data: the first 5,000 training and 1,000 test examples of CIFAR-10 (``data.subsample``
+  6000 of the official pool, in proportion), no validation hold-out: 500 training and
+  about 100 test examples per client (the papers' N=100 clients have 400-480);
+- budget: T = 20 rounds of E = 5 epochs with B = 64 (the lowest of the papers' grid;
+  with B = 512 a 500-example client would take one step per epoch), against the papers'
+  500 x 10.
+
+It is not a reproduction of a paper cell (the papers train each client on about 10x the
+data for 50x the epochs); it shows how the methods order under the papers' protocol at
+a size a laptop runs. Standalone, FedMRL and FedMoE come first (about 5-10 minutes each
+on 2 CPU cores), the other methods after.
+
+  python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \
+      --sweep_dir=runs/paper_cpu
+  python experiments/results_page.py --sweep_dir=runs/paper_cpu --out=docs/results.md
+"""
+import importlib.util
+import os
+
+import ml_collections
+
+_spec = importlib.util.spec_from_file_location(
+    "paper_table", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
+paper_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paper_table)
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.algorithms = ["standalone", "fedmrl", "fedmoe", "lg_fedavg", "fedproto", "fd", "fml",
+                  "fedkd", "fedapen", "moss"]
+  c.variant = ""
+  c.settings = ml_collections.ConfigDict({
+      "CIFAR-10 N=10,C=100% (5k+1k examples)": {
+          "data.name": "cifar10", "data.subsample": 6000, "data.validation": 0,
+          "partition.classes_per_client": 2, "num_clients": 10, "participation": 1.0},
+  }, allow_dotted_keys=True, sort_keys=False)
+  c.seeds = (0,)
+  c.base_overrides = ml_collections.ConfigDict(
+      {**paper_table.PROTOCOL, "num_rounds": 20, "local_epochs": 5, "batch_size": 64,
+       "checkpoint_every": 5},
+      allow_dotted_keys=True, sort_keys=False)
+  c.algorithm_overrides = ml_collections.ConfigDict(
+      {**paper_table.ALGORITHM_OVERRIDES,
+       "moss": {"algo.public_size": 200, "data.public": 200}},
+      allow_dotted_keys=True)
+  return c
