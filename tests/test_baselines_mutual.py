@@ -209,7 +209,7 @@ def test_run_end_to_end_compiles_the_round_once(tiny_config, tmp_path, algorithm
 def test_fedkd_energy_is_annealed_from_start_to_end():
   from fedjax_het.algorithms import fedkd
   t = [float(fedkd.energy_at(jnp.int32(r), 0.95, 0.98, 10)) for r in (0, 4, 9, 20)]
-  np.testing.assert_allclose(t, [0.953, 0.965, 0.98, 0.98], atol=1e-6)
+  np.testing.assert_allclose(t, [0.95, 0.962, 0.977, 0.98], atol=1e-6)
   a = jax.random.normal(jax.random.PRNGKey(0), (20, 12))
   for energy in (0.5, 0.9, 0.99):
     recon, _ = fedkd.svd_compress(a, jnp.float32(energy))

@@ -25,10 +25,12 @@ SETTING = "N=4,C=100%"
 CELL = re.compile(r"^(\*\*)?\d+\.\d\d ± \d+\.\d\d(\*\*)?$")
 
 
-def _row(algorithm, setting, seed, acc, status="done"):
+def _row(algorithm, setting, seed, acc, status="done", sampled=None):
   return {"algorithm": algorithm, "setting": setting, "seed": seed, "status": status,
-          "final_mean_test_acc": acc, "best_mean_test_acc": acc, "rounds_completed": 2,
-          "uplink_params": 1.0, "downlink_params": 2.0, "wall_s": 3.0,
+          "final_mean_test_acc": acc, "best_mean_test_acc": acc,
+          "final_sampled_test_acc": sampled, "best_sampled_test_acc": sampled,
+          "rounds_completed": 2, "uplink_params": 1.0, "downlink_params": 2.0,
+          "compile_s": 1.5, "wall_s": 3.0,
           "workdir": f"{algorithm}/{sweep.slug(setting)}/seed{seed}"}
 
 
@@ -90,7 +92,11 @@ def test_markdown_table_layout_mean_std_and_bold():
   assert cells[2][1:] == ["**60.00 ± 14.14**", "20.00 (n=1)"]  # the failed seed is out
   assert cells[3][1:] == ["–", "–"]
   text = sweep.results_markdown(rows, seeds=[0, 1])
-  assert "Final mean test accuracy" in text and "Failed runs: `a/s2/seed1`" in text
+  assert "Final accuracy, protocol (a)" in text and "Failed runs: `a/s2/seed1`" in text
+  assert "protocol (b)" not in text  # rows without the sampled-client evaluation
+  both = sweep.results_markdown([_row("a", "S1", 0, 0.4, sampled=0.7)], seeds=[0])
+  assert both.count("| a | **40.00** |") == 2 and both.count("| a | **70.00** |") == 2
+  assert "protocol (b): the round's sampled clients right after local training" in both
 
 
 def test_csv_round_trip():

@@ -15,7 +15,7 @@ Symbols (paper -> code):
 - Client upload: the mentee's update g_k = theta_k - theta, SVD-compressed (each weight
   matrix keeps its top singular values holding a fraction T of the squared spectrum).
   The energy threshold is annealed over the rounds as the paper's dynamic gradient
-  approximation: T(t) = T_start + (T_end - T_start) * t / R at round t of R
+  approximation: T(t) = T_start + (T_end - T_start) * t / R after t of R rounds
   (``svd_energy_start`` 0.95 -> ``svd_energy_end`` 0.98 by default, the paper's values;
   ``svd_energy_start=0`` sends updates uncompressed).
 - Server: g = sum_k n_k g_k / sum_k n_k over the round's clients (``fedmrl.aggregate``),
@@ -92,8 +92,12 @@ def svd_compress(a: jax.Array, energy: float) -> tuple[jax.Array, jax.Array]:
 
 
 def energy_at(round_: jax.Array, start: float, end: float, num_rounds: int) -> jax.Array:
-  """T of the round after ``round_`` completed rounds: start -> end linearly over R rounds."""
-  t = jnp.minimum(round_ + 1, num_rounds).astype(jnp.float32)
+  """T of the round after ``round_`` completed rounds: start -> end linearly over R rounds.
+
+  As HtFLlib's ``serverkd``: the first round uses T_start, and after round i (from 0)
+  T = T_start + (i + 1) / R * (T_end - T_start).
+  """
+  t = jnp.minimum(round_, num_rounds).astype(jnp.float32)
   return start + (end - start) * t / max(num_rounds, 1)
 
 
