@@ -120,12 +120,13 @@ def rounds_done(workdir: str) -> int:
 
 
 def read_run(workdir: str) -> tuple[list[dict], dict]:
-  """(metrics rows, summary) of a finished run, wall-clock fields dropped."""
+  """(metrics rows, summary) of a finished run, wall-clock fields (and timing) dropped."""
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
   rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
   with open(os.path.join(workdir, "summary.json")) as f:
     summary = json.load(f)
+  summary.pop("timing", None)
   return rows, summary
 
 

@@ -7,10 +7,10 @@ r"""One client of a Flower deployment (see docs/deploy.md).
 The client reads its own partition of the config's data (the simulator's), keeps its
 private model in ``--workdir`` and retries until the server is up.
 """
-import sys
-
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
+
+from fedjax_het import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (the "
                                           "server's).", lock_config=True)
@@ -25,16 +25,14 @@ flags.mark_flags_as_required(["config", "client_id"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)  # orbax's per-save INFO lines drown the progress
   from fedjax_het.deploy import flower  # after flag parsing: Flower is an optional extra
   try:
     flower.start_client(_CONFIG.value, _CLIENT_ID.value, _WORKDIR.value,
                         address=_ADDRESS.value, kill_at_round=_KILL.value,
                         log=lambda s: print(s, flush=True))
   except (ValueError, FileNotFoundError) as err:
-    print(f"error: {err}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    cli.fail(err)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

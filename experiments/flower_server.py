@@ -6,10 +6,10 @@ r"""The server of a Flower deployment (see docs/deploy.md).
 
 Rerunning the same command resumes from the newest checkpoint in ``--workdir``.
 """
-import sys
-
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
+
+from fedjax_het import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -31,12 +31,11 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)  # orbax's per-save INFO lines drown the progress
   from fedjax_het.deploy import flower  # after flag parsing: Flower is an optional extra
   for name, value in (("min_fit_clients", _MIN_FIT.value),
                       ("min_available_clients", _MIN_AVAILABLE.value)):
     if value < 0:
-      sys.exit(f"error: --{name}={value} must be >= 0")
+      cli.fail(f"--{name}={value} must be >= 0")
   try:
     summary = flower.start_server(
         _CONFIG.value, _WORKDIR.value, address=_ADDRESS.value,
@@ -44,12 +43,11 @@ def main(argv):
         round_timeout=_ROUND_TIMEOUT.value, startup_timeout=_STARTUP_TIMEOUT.value,
         fresh_start=_FRESH.value, log=lambda s: print(s, flush=True))
   except (ValueError, FileNotFoundError) as err:
-    print(f"error: {err}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    cli.fail(err)
   print(f"final mean test acc {summary['final_mean_test_acc']:.4f} after "
         f"{summary['rounds_completed']} rounds; summary in {_WORKDIR.value}/summary.json",
         flush=True)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

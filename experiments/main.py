@@ -12,13 +12,11 @@ docs/distributed.md): start the same command once per process, adding
   --coordinator_address=HOST:PORT --num_processes=N --process_id=I   # explicit, or
   --distributed                                # SLURM / Open MPI: JAX detects all three
 """
-import sys
-
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from fedjax_het import distributed
-from fedjax_het.training import loop
+from fedjax_het import cli, distributed
+from fedjax_het.training import compile_cache, loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -34,14 +32,11 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None,
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False, "Multi-process run on a cluster JAX detects (SLURM, Open MPI): "
     "jax.distributed.initialize() with no arguments.")
+_CACHE = flags.DEFINE_string(
+    "compile_cache", compile_cache.DEFAULT, "Persistent compilation cache: a directory, "
+    "'default' ($FEDJAX_HET_CACHE or ~/.cache/fedjax_het/xla) or 'off'.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-def fail(err: Exception) -> None:
-  """Reports an input error and exits with status 2."""
-  logging.error("%s", err)
-  print(f"error: {err}", file=sys.stderr, flush=True)
-  sys.exit(2)
+fail = cli.fail
 
 
 def main(argv):
@@ -52,16 +47,20 @@ def main(argv):
         auto=_DISTRIBUTED.value))
   except ValueError as err:
     fail(err)
+  compile_cache.enable(_CACHE.value)
   try:
     summary = loop.run(_CONFIG.value, _WORKDIR.value, fresh_start=_FRESH.value,
                        log=lambda s: print(s, flush=True))
   except (ValueError, FileNotFoundError, FloatingPointError) as err:
     fail(err)
   if distributed.is_primary():
+    sampled = ("" if "best_sampled_test_acc" not in summary else
+               f"; sampled clients after training {summary['final_sampled_test_acc']:.4f} "
+               f"(best {summary['best_sampled_test_acc']:.4f})")
     print(f"final mean test acc {summary['final_mean_test_acc']:.4f} "
-          f"(best {summary['best_mean_test_acc']:.4f}) after "
+          f"(best {summary['best_mean_test_acc']:.4f}){sampled} after "
           f"{summary['rounds_completed']} rounds; summary in {_WORKDIR.value}/summary.json")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

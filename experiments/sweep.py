@@ -231,7 +231,7 @@ def result_row(run: Run, sweep_dir: str, summary: dict | None, status: str) -> d
           "rounds_completed": s.get("rounds_completed"),
           "uplink_params": s.get("uplink_params"),
           "downlink_params": s.get("downlink_params"),
-          "compile_s": s.get("compile_s"),
+          "compile_s": s.get("timing", {}).get("compile_s"),
           "wall_s": last_wall_s(run.workdir),
           "workdir": os.path.relpath(run.workdir, sweep_dir)}
 

@@ -78,7 +78,7 @@ def test_flop_count_matches_xla():
   assert abs(cost["flops"] / analytic - 1) < 0.05
 
 
-@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install .[bench])")
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install -e '.[bench]')")
 def test_torch_reference_matches_our_networks():
   import torch_reference as tr
   from fedjax_het.models import count_params

@@ -9,7 +9,7 @@ import pytest
 from fedjax_het.data import sources
 from fedjax_het.data.sources import DataFormatError, DataNotFoundError
 
-THREE_WAYS = r"config\.data\.path.*FEDJAX_HET_DATA.*pip install fedjax-het\[tfds\]"
+THREE_WAYS = r"config\.data\.path.*FEDJAX_HET_DATA.*pip install -e '\.\[tfds\]'"
 
 
 def _arrays(n_train=6, n_test=4, num_classes=10):

@@ -190,7 +190,7 @@ def test_sampled_clients_evaluation_after_training(tiny_config, tmp_path):
     assert row["sampled_test_acc"] == pytest.approx(row["mean_test_acc"], abs=1e-6)
   assert summary["best_sampled_test_acc"] == max(r["sampled_test_acc"] for r in rows)
   assert summary["final_sampled_test_acc"] == rows[-1]["sampled_test_acc"]
-  assert summary["compile_s"] > 0 and summary["round_s"] > 0
+  assert summary["timing"]["compile_s"] > 0 and summary["timing"]["round_s"] > 0
   off = loop.run(tiny_config(models="tiny", overrides={"eval_sampled": False}),
                  str(tmp_path / "off"), log=lambda s: None)
   assert "sampled_test_acc" not in _rows(tmp_path / "off")[0]

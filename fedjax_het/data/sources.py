@@ -5,7 +5,7 @@ A dataset can be provided in three ways, tried in this order by ``resolve_source
 1. ``config.data.path``: an ``.npz`` file, a directory holding ``<name>.npz``, or a TFDS
    ``data_dir``.
 2. The environment variable ``FEDJAX_HET_DATA``: a directory holding ``<name>.npz``.
-3. TFDS's default data directory (needs ``pip install fedjax-het[tfds]`` and either
+3. TFDS's default data directory (needs ``pip install -e '.[tfds]'`` and either
    internet access or an already prepared cache).
 
 Every source is checked the same way (``validate_raw``) and returned as ``RawData``:
@@ -63,7 +63,7 @@ def how_to_provide(name: str) -> str:
   return (f"Provide {name!r} in one of three ways: (1) config.data.path = an .npz file "
           f"or a TFDS data_dir (a directory holding {name}.npz also works); "
           f"(2) {ENV_VAR}=<dir holding {name}.npz>; (3) TFDS's default data dir, which "
-          "needs `pip install fedjax-het[tfds]` and internet access or an already "
+          "needs `pip install -e '.[tfds]'` and internet access or an already "
           "prepared cache.")
 
 
@@ -261,7 +261,7 @@ def load_tfds(name: str, data_dir: str | None) -> RawData:
   except ImportError as e:
     raise DataNotFoundError(
         f"reading {name!r} from TFDS needs tensorflow_datasets "
-        f"(`pip install fedjax-het[tfds]`), which is not installed. "
+        f"(`pip install -e '.[tfds]'`), which is not installed. "
         f"{how_to_provide(name)}") from e
   try:
     splits = tfds.load(name, split=list(SPLITS), data_dir=data_dir, batch_size=-1,
