@@ -184,7 +184,37 @@ def test_load_dataset_via_env(tmp_path):
   a = _arrays()
   _write(tmp_path / "cifar10.npz", **a)
   raw = sources.load_dataset("cifar10", environ={"FEDJAX_HET_DATA": str(tmp_path)})
-  np.testing.assert_array_equal(raw.y_test, a["y_test"])
+  order = sources.canonical_order(a["x_test"], a["y_test"])
+  np.testing.assert_array_equal(raw.y_test, a["y_test"][order])  # canonical row order
+  assert raw.source == f"npz:{tmp_path / 'cifar10.npz'}" and len(raw.fingerprint) == 16
+
+
+def test_npz_and_tfds_in_other_orders_give_the_same_rows_and_partition(tmp_path,
+                                                                         monkeypatch):
+  from fedjax_het import config as config_lib
+  from fedjax_het.data import pool as pool_lib
+  raw = sources.make_synthetic(300, 100, 10, seed=1)
+  _write(tmp_path / "cifar10.npz", x_train=raw.x_train, y_train=raw.y_train,
+         x_test=raw.x_test, y_test=raw.y_test)
+  rng = np.random.default_rng(5)
+  tr, te = rng.permutation(300), rng.permutation(100)  # TFDS lists them otherwise
+  _fake_tfds(monkeypatch, lambda: [(raw.x_train[tr], raw.y_train[tr].astype(np.int64)),
+                                   (raw.x_test[te], raw.y_test[te])])
+  tfds_dir = tmp_path / "tfds"
+  tfds_dir.mkdir()
+  from_npz = sources.load_dataset("cifar10", str(tmp_path / "cifar10.npz"))
+  from_tfds = sources.load_dataset("cifar10", str(tfds_dir))
+  assert from_tfds.source.startswith("tfds:") and from_npz.source.startswith("npz:")
+  for a, b in zip(from_npz[:4], from_tfds[:4]):
+    np.testing.assert_array_equal(a, b)
+  assert from_npz.fingerprint == from_tfds.fingerprint
+  parts = []
+  for path in (str(tmp_path / "cifar10.npz"), str(tfds_dir)):
+    c = config_lib.override(config_lib.base_config(), {"data.path": path, "num_clients": 4})
+    p = pool_lib.load_pool(c)
+    parts.append(pool_lib.partition_clients(c, p.y, p.num_classes, p.num_train)[:2])
+  for a, b in zip(*[sum(p, []) for p in parts]):
+    np.testing.assert_array_equal(a, b)
 
 
 # --- load_tfds (a fake tensorflow_datasets module; TFDS is an optional extra) ----------

@@ -189,6 +189,8 @@ def test_sampled_clients_evaluation_after_training(tiny_config, tmp_path):
   for row in rows:
     assert row["sampled_test_acc"] == pytest.approx(row["mean_test_acc"], abs=1e-6)
   assert summary["best_sampled_test_acc"] == max(r["sampled_test_acc"] for r in rows)
+  assert summary["data"]["source"].startswith("npz:") and summary["data"]["examples"] == 800
+  assert len(summary["data"]["fingerprint"]) == 16
   assert summary["final_sampled_test_acc"] == rows[-1]["sampled_test_acc"]
   assert summary["timing"]["compile_s"] > 0 and summary["timing"]["round_s"] > 0
   off = loop.run(tiny_config(models="tiny", overrides={"eval_sampled": False}),
@@ -201,7 +203,8 @@ def test_progress_lines_from_round_one(tiny_config, tmp_path):
   logs = []
   loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4, "eval_every": 4}),
            str(tmp_path), log=logs.append)
-  assert logs[0].startswith("standalone | cifar10 (800 examples, pool pooled) | 8 clients")
+  assert logs[0].startswith("standalone | cifar10 (800 examples, pool pooled; npz:")
+  assert " | 8 clients (tiny x8), 8 per round | " in logs[0]
   assert logs[1].startswith("round 1/4 | sampled clients acc")  # before any evaluation
   assert logs[2].startswith("compiled in ")
   assert logs[-1].startswith("round 4/4 | mean test acc")

@@ -34,11 +34,15 @@ class Pool(NamedTuple):
     num_classes: classes of the dataset.
     num_train: the first ``num_train`` rows come from the dataset's train split (the
       rest from its test split); ``'official'`` partitions the two parts separately.
+    source: where the dataset was read (``sources.RawData.source``).
+    fingerprint: hash of the whole dataset in canonical order (before subsampling).
   """
   x: np.ndarray
   y: np.ndarray
   num_classes: int
   num_train: int
+  source: str = ""
+  fingerprint: str = ""
 
 
 def load_pool(config) -> Pool:
@@ -68,7 +72,7 @@ def load_pool(config) -> Pool:
   if config.data.pool == "pooled" and config.data.subsample:
     x, y = x[:config.data.subsample], y[:config.data.subsample]
     num_train = min(num_train, len(y))
-  return Pool(x, y, raw.num_classes, num_train)
+  return Pool(x, y, raw.num_classes, num_train, raw.source, raw.fingerprint)
 
 
 def public_holdout(config, candidates: np.ndarray) -> np.ndarray:

@@ -10,9 +10,16 @@ A dataset can be provided in three ways, tried in this order by ``resolve_source
 
 Every source is checked the same way (``validate_raw``) and returned as ``RawData``:
 uint8 images ``[n, 32, 32, 3]`` and int32 labels ``[n]``. Nothing here touches JAX.
+
+Whatever the source, ``load_dataset`` returns each split in one canonical row order (by
+a content hash of each image and its label, ``canonical_order``): the npz and TFDS
+copies of CIFAR list the same examples in different orders, and the order decides the
+partition, so without it one config and seed would give other clients from each. The
+result also says where it came from and carries a fingerprint of its arrays.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import zipfile
 from typing import Mapping, NamedTuple
@@ -43,12 +50,16 @@ class RawData(NamedTuple):
     x_test: uint8 [n_test, 32, 32, 3].
     y_test: int32 [n_test].
     num_classes: number of classes.
+    source: where the arrays were read (``'npz:<file>'``, ``'tfds:<data_dir>'``), or ''.
+    fingerprint: short hash of the four arrays in canonical order, or ''.
   """
   x_train: np.ndarray
   y_train: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
   num_classes: int
+  source: str = ""
+  fingerprint: str = ""
 
 
 def num_classes_of(name: str) -> int:
@@ -290,7 +301,39 @@ def load_dataset(name: str, path: str = "",
     ``RawData``.
   """
   kind, where = resolve_source(name, path, environ)
-  return load_npz(where, name) if kind == "npz" else load_tfds(name, where)
+  raw = load_npz(where, name) if kind == "npz" else load_tfds(name, where)
+  return canonical(raw, f"{kind}:{os.path.abspath(where) if where else 'default data dir'}")
+
+
+def canonical_order(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """The permutation sorting a split by a 64-bit BLAKE2 hash of each image and label.
+
+  Identical (image, label) rows hash alike and are interchangeable, so the sorted split
+  is the same whatever order the source listed it in.
+  """
+  keys = np.fromiter(
+      (int.from_bytes(hashlib.blake2b(img.tobytes() + int(label).to_bytes(4, "little"),
+                                      digest_size=8).digest(), "little")
+       for img, label in zip(x, y)), dtype=np.uint64, count=len(y))
+  return np.argsort(keys, kind="stable")
+
+
+def fingerprint(raw: RawData) -> str:
+  """16 hex digits of a SHA-256 over the four arrays (shapes included)."""
+  h = hashlib.sha256()
+  for a in (raw.x_train, raw.y_train, raw.x_test, raw.y_test):
+    h.update(str(a.shape).encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+  return h.hexdigest()[:16]
+
+
+def canonical(raw: RawData, source: str = "") -> RawData:
+  """``raw`` with both splits in canonical order, its ``source`` and ``fingerprint``."""
+  tr = canonical_order(raw.x_train, raw.y_train)
+  te = canonical_order(raw.x_test, raw.y_test)
+  out = RawData(raw.x_train[tr], raw.y_train[tr], raw.x_test[te], raw.y_test[te],
+                raw.num_classes, source)
+  return out._replace(fingerprint=fingerprint(out))
 
 
 def make_synthetic(num_train: int, num_test: int, num_classes: int, seed: int,

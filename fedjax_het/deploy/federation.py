@@ -146,7 +146,7 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
   if with_data:
-    x, y, num_classes, num_train = loop.load_pool(config)
+    x, y, num_classes, num_train = loop.load_pool(config)[:4]
     if len(y) < config.num_clients:
       raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
                        "examples of the data")

@@ -43,6 +43,8 @@ class Experiment:
     data: ``FederatedData`` placed on the devices.
     class_counts: int [num_clients, 2, num_classes], train and test class counts.
     client_archs: architecture name of each client.
+    data_source: {'source', 'fingerprint', 'examples'}: where the data was read, a hash
+      of the dataset, and the pool size (recorded in ``summary.json``).
   """
   config: ml_collections.ConfigDict
   runtime: Runtime
@@ -50,6 +52,7 @@ class Experiment:
   data: data_lib.FederatedData
   class_counts: np.ndarray
   client_archs: tuple
+  data_source: dict = dataclasses.field(default_factory=dict)
 
 
 def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
@@ -83,7 +86,8 @@ def prepare(config: ml_collections.ConfigDict,
   config_lib.validate(config)
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
-  x, y, num_classes, num_train = load_pool(config)
+  pool = load_pool(config)
+  x, y, num_classes, num_train = pool.x, pool.y, pool.num_classes, pool.num_train
   if len(y) < config.num_clients:
     raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
                      "examples of the data")
@@ -94,7 +98,8 @@ def prepare(config: ml_collections.ConfigDict,
       pad_examples_to=config.batch_size)
   rt = make_runtime(config, layout, mesh)
   algorithm = (build or SPECS[config.algorithm].build)(config, rt)
-  return Experiment(config, rt, algorithm, place_data(fed, mesh), counts, archs)
+  source = {"source": pool.source, "fingerprint": pool.fingerprint, "examples": len(y)}
+  return Experiment(config, rt, algorithm, place_data(fed, mesh), counts, archs, source)
 
 
 def state_shardings(abstract: State, mesh) -> State:
@@ -209,8 +214,11 @@ def describe(exp: Experiment, start: int) -> str:
   k = sum(exp.runtime.expected_sampled(g) for g in range(exp.runtime.layout.num_groups))
   devices = f"{exp.runtime.num_shards} {jax.default_backend()} device" + (
       "s" if exp.runtime.num_shards > 1 else "")
+  src = exp.data_source
   return (f"{c.algorithm} | {c.data.name} ({len(exp.data.y)} examples, pool "
-          f"{c.data.pool}) | {c.num_clients} clients ({archs}), {k:g} per round | "
+          f"{c.data.pool}; {src.get('source', '?')}, fingerprint "
+          f"{src.get('fingerprint', '?')}) | {c.num_clients} clients ({archs}), "
+          f"{k:g} per round | "
           f"{devices} | rounds {start + 1}..{c.num_rounds}, E={c.local_epochs}, "
           f"B={c.batch_size}")
 
@@ -391,6 +399,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       "best_mean_test_acc": max(row["mean_test_acc"] for row in rows),
       "per_client_test_acc": acc.tolist(),
       "rounds_completed": r,
+      "data": exp.data_source,
       "uplink_params": rows[-1]["uplink_params"],
       "downlink_params": rows[-1]["downlink_params"],
       # wall-clock figures (they differ between identical runs; comparisons drop them)
