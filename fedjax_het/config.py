@@ -24,8 +24,8 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.algorithm = "standalone"
   c.data = ml_collections.ConfigDict(dict(
-      name="cifar10", path="", subsample=0, public=0, pool="pooled", validation=0,
-      augment="none"))
+      name="cifar10", path="", subsample=0, subsample_per_class=0, public=0, pool="pooled",
+      validation=0, augment="none"))
   c.num_clients = 10
   c.participation = 1.0
   c.num_rounds = 100
@@ -38,7 +38,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.grad_clip = 0.0
   c.reset_downloaded_momentum = True
   c.partition = ml_collections.ConfigDict(dict(
-      kind="pathological", classes_per_client=2, shares="uniform", alpha=1.0,
+      kind="pathological", classes_per_client=0, shares="uniform", alpha=1.0,
       test_fraction=0.2))
   c.models = "heterogeneous"
   c.seed = 0
@@ -59,7 +59,10 @@ def smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.batch_size = 16
   c.eval_every = 1
   c.checkpoint_every = 2
-  c.data.subsample = 1000  # the first 1000 pooled examples only
+  # the first 100 pooled examples per class: 1000 of CIFAR-10, 10000 of CIFAR-100 (with
+  # the papers' 10 classes per client, ~80 training examples per class and client)
+  c.data.subsample = 0
+  c.data.subsample_per_class = 100
   return c
 
 
@@ -142,6 +145,11 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_keys("data.", c.data.keys(), base.data.keys())
   _check_choice("data.name", c.data.name, DATASETS)
   _check_range("data.subsample", c.data.subsample, 0, integer=True)
+  _check_range("data.subsample_per_class", c.data.subsample_per_class, 0, integer=True)
+  if c.data.subsample and c.data.subsample_per_class:
+    _fail("data.subsample_per_class", c.data.subsample_per_class,
+          f"set either data.subsample ({c.data.subsample}) or data.subsample_per_class, "
+          "not both")
   _check_range("data.public", c.data.public, 0, integer=True)
   _check_choice("data.pool", c.data.pool, POOLS)
   _check_range("data.validation", c.data.validation, 0, integer=True)
@@ -164,7 +172,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_choice("partition.kind", c.partition.kind, PARTITIONS)
   num_classes = DATASETS[c.data.name]
   if c.partition.kind == "pathological":
-    _check_range("partition.classes_per_client", c.partition.classes_per_client, 1,
+    _check_range("partition.classes_per_client", c.partition.classes_per_client, 0,
                  num_classes, integer=True)
   _check_choice("partition.shares", c.partition.shares, SHARES)
   _check_range("partition.alpha", c.partition.alpha, 0, lo_open=True)

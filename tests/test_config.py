@@ -58,6 +58,6 @@ def test_fedavg_refuses_heterogeneous_models():
 
 def test_variants():
   c = config_lib.apply_variant(_cfg(), "smoke")
-  assert c.num_rounds == 3 and c.data.subsample == 1000
+  assert c.num_rounds == 3 and c.data.subsample_per_class == 100 and c.data.subsample == 0
   with pytest.raises(ValueError, match="valid: \\['smoke'\\]"):
     config_lib.apply_variant(_cfg(), "tiny")

@@ -239,3 +239,24 @@ def test_server_cli_rejects_negative_minimum(tmp_path):
        "--min_fit_clients=-1"], capture_output=True, text=True, timeout=120,
       env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert out.returncode != 0 and "--min_fit_clients=-1 must be >= 0" in out.stderr
+
+
+def test_an_upload_that_does_not_decode_is_that_clients_failure(small_fed, tmp_path):
+  fed = small_fed()
+  nodes = [fed_lib.ClientNode(fed, k, fed.client_data(k)) for k in range(4)]
+  proxies = [FakeProxy(f"conn{k}", n) for k, n in enumerate(nodes)]
+  logs = []
+  server = fed_lib.ServerNode(fed, str(tmp_path / "server"))
+  strategy = flower.HetStrategy(server, min_fit_clients=3, log=logs.append)
+  results = fit_all(strategy, strategy.configure_fit(1, None, FakeManager(proxies)))
+  proxy, res = results[0]
+  arrays = parameters_to_ndarrays(res.parameters)
+  bad = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays[:-1]), res.num_examples,
+               res.metrics)  # one array missing
+  strategy.aggregate_fit(1, [(proxy, bad)] + results[1:], [])
+  assert server.round == 1  # the other three were aggregated; the server goes on
+  assert any("upload does not decode" in line and "counted as its failure" in line
+             for line in logs)
+  assert strategy.pending_row["clients_trained"] == 3
+  assert strategy.pending_row["clients_failed"] == 1
+  server.close()

@@ -35,6 +35,14 @@ _ADVICE = {
 }
 
 
+def papers_classes_per_client(num_classes: int) -> int:
+  """The papers' classes per client: 2 of CIFAR-10's, 10 of CIFAR-100's (``max(2, C // 10)``).
+
+  ``partition.classes_per_client = 0`` (the default) resolves to it.
+  """
+  return max(2, num_classes // 10)
+
+
 def split_counts(proportions: np.ndarray, total: int) -> np.ndarray:
   """Integer counts summing to ``total``, following ``proportions``.
 

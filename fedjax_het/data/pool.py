@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_het.data.partition import class_counts, partition, split_like, train_test_split
+from fedjax_het.data.partition import (class_counts, papers_classes_per_client, partition,
+                                       split_like, train_test_split)
 from fedjax_het.data import sources
 
 POOLS = ("pooled", "official")
@@ -48,10 +49,12 @@ class Pool(NamedTuple):
 def load_pool(config) -> Pool:
   """The pool of ``config.data`` (see module docstring).
 
-  ``data.subsample`` keeps the first N examples: of the concatenation (``'pooled'``), or
-  of each split in proportion to its size (``'official'``).
+  ``data.subsample`` keeps the first N examples (``data.subsample_per_class``: N = that
+  times the number of classes): of the concatenation (``'pooled'``), or of each split in
+  proportion to its size (``'official'``).
   """
   raw = sources.load_dataset(config.data.name, config.data.path)
+  subsample = config.data.subsample or config.data.subsample_per_class * raw.num_classes
   x_tr, y_tr, x_te, y_te = raw.x_train, raw.y_train, raw.x_test, raw.y_test
   if config.data.pool == "official":
     if config.data.validation:
@@ -62,15 +65,15 @@ def load_pool(config) -> Pool:
       keep = np.sort(np.random.default_rng([config.seed, 2]).permutation(len(y_tr))[
           :len(y_tr) - config.data.validation])
       x_tr, y_tr = x_tr[keep], y_tr[keep]
-    if config.data.subsample:
-      n_tr = round(config.data.subsample * len(y_tr) / (len(y_tr) + len(y_te)))
+    if subsample:
+      n_tr = round(subsample * len(y_tr) / (len(y_tr) + len(y_te)))
       x_tr, y_tr = x_tr[:n_tr], y_tr[:n_tr]
-      x_te, y_te = x_te[:config.data.subsample - n_tr], y_te[:config.data.subsample - n_tr]
+      x_te, y_te = x_te[:subsample - n_tr], y_te[:subsample - n_tr]
   x = np.concatenate([x_tr, x_te])
   y = np.concatenate([y_tr, y_te]).astype(np.int32)
   num_train = len(y_tr)
-  if config.data.pool == "pooled" and config.data.subsample:
-    x, y = x[:config.data.subsample], y[:config.data.subsample]
+  if config.data.pool == "pooled" and subsample:
+    x, y = x[:subsample], y[:subsample]
     num_train = min(num_train, len(y))
   return Pool(x, y, raw.num_classes, num_train, raw.source, raw.fingerprint)
 
@@ -106,7 +109,9 @@ def partition_clients(config, y: np.ndarray, num_classes: int, num_train: int | 
   """
   p = config.partition
   kwargs = dict(kind=p.kind, seed=config.seed, num_classes=num_classes,
-                classes_per_client=p.classes_per_client, alpha=p.alpha, shares=p.shares)
+                classes_per_client=(p.classes_per_client
+                                    or papers_classes_per_client(num_classes)),
+                alpha=p.alpha, shares=p.shares)
   if config.data.pool == "official":
     num_train = len(y) if num_train is None else num_train
     rest = public_holdout(config, np.arange(num_train))

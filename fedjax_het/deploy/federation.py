@@ -394,6 +394,10 @@ class ServerNode:
           order += 1
     return out
 
+  def check_upload(self, client_id: int, arrays: Sequence[np.ndarray]) -> None:
+    """Raises ValueError unless ``arrays`` decode as an upload of ``client_id``'s group."""
+    decode(arrays, self.upload_like[self.fed.runtime.layout.group_of(client_id)[0]])
+
   def aggregate(self, results: dict[int, tuple[Sequence[np.ndarray], float]]) -> dict:
     """Aggregates the uploads {client_id: (arrays, weight)} received; advances the round.
 

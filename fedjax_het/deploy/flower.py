@@ -190,12 +190,19 @@ class HetStrategy(Strategy):
 
   def aggregate_fit(self, server_round, results, failures):
     round_ = self.node.round + 1
-    received = {}
+    received, failures = {}, list(failures)
     for proxy, res in results:
       client_id = self.ids.get(proxy.cid)
       if client_id is not None and res.status.code == Code.OK:
-        received[client_id] = (parameters_to_ndarrays(res.parameters), res.num_examples,
-                               res.metrics)
+        try:  # a misbehaving client's upload is its failure, not the server's
+          arrays = parameters_to_ndarrays(res.parameters)
+          self.node.check_upload(client_id, arrays)
+        except Exception as err:  # pylint: disable=broad-except
+          self.log(f"server: round {round_}: client {client_id}'s upload does not decode "
+                   f"({type(err).__name__}: {err}); counted as its failure")
+          failures.append((proxy, res))
+          continue
+        received[client_id] = (arrays, res.num_examples, res.metrics)
     if len(received) < self.min_fit:
       self.log(f"server: round {round_}: {len(received)} uploads, {len(failures)} "
                f"failures; fewer than min_fit_clients={self.min_fit}: not aggregated")
