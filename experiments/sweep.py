@@ -209,9 +209,11 @@ def finished_summary(run: Run) -> dict | None:
     return None
   with open(path) as f:
     summary = json.load(f)
-  resolved = config_lib.with_algo_defaults(run.config).to_dict()
-  if (summary.get("rounds_completed") != run.config.num_rounds
-      or comparable(summary.get("config", {})) != comparable(resolved)):
+  resolved = comparable(config_lib.with_algo_defaults(run.config).to_dict())
+  saved = comparable(summary.get("config", {}))
+  defaults = config_lib.flat_defaults(run.config.algorithm)
+  saved = {**{k: defaults[k] for k in resolved if k not in saved and k in defaults}, **saved}
+  if summary.get("rounds_completed") != run.config.num_rounds or saved != resolved:
     return None  # loop.run resumes it, or refuses a different config with a clear error
   return summary
 

@@ -207,3 +207,24 @@ def with_algo_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     if key not in c.algo:
       c.algo[key] = value
   return c
+
+
+def flat_defaults(algorithm: str) -> dict:
+  """Every key's default (``algo`` ones of ``algorithm``) as ``{dotted key: value}``.
+
+  A run saved before a key existed is compared as if it had the key's default
+  (``checkpoint.fingerprint_diff``, the sweep's finished-run check): adding a key to the
+  library does not invalidate finished runs or checkpoints at its default.
+  """
+  c = base_config()
+  c.algorithm = algorithm
+  flat = {}
+
+  def walk(prefix, d):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        walk(f"{prefix}{k}.", v)
+      else:
+        flat[f"{prefix}{k}"] = v
+  walk("", with_algo_defaults(c).to_dict())
+  return flat

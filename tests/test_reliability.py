@@ -168,3 +168,17 @@ def test_non_finite_stops_with_round_and_group_keeping_good_checkpoints(
     loop.run(config, str(tmp_path), log=lambda s: None, build=_poisoned(3, 1, where))
   assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) == [1, 2]
   assert [r["round"] for r in _rows(tmp_path)] == [1, 2]
+
+
+def test_a_key_newer_than_a_checkpoint_counts_at_its_default():
+  from fedjax_het import config as config_lib
+  from fedjax_het.training import checkpoint as ckpt
+  defaults = config_lib.flat_defaults("fedmrl")
+  assert defaults["algo.aggregation"] == "paper" and defaults["drop_last"] is False
+  saved = {"num_clients": 10}
+  assert ckpt.fingerprint_diff(saved, {"num_clients": 10, "drop_last": False},
+                               defaults) == []
+  assert ckpt.fingerprint_diff(saved, {"num_clients": 10, "drop_last": True},
+                               defaults) == ["drop_last"]
+  assert ckpt.fingerprint_diff(saved, {"num_clients": 10, "drop_last": False}) == [
+      "drop_last"]

@@ -28,10 +28,15 @@ class ConfigMismatchError(ValueError):
   """The checkpoint directory belongs to a run with a different configuration."""
 
 
-def fingerprint_diff(saved: dict, current: dict) -> list[str]:
-  """Keys (dotted) whose values differ between two flat fingerprints."""
+def fingerprint_diff(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
+  """Keys (dotted) whose values differ between two flat fingerprints.
+
+  A key the saved fingerprint lacks (it did not exist when it was written) counts as
+  equal when the current value is its default in ``defaults``.
+  """
+  defaults = defaults or {}
   keys = sorted(set(saved) | set(current))
-  return [k for k in keys if saved.get(k) != current.get(k)]
+  return [k for k in keys if saved.get(k, defaults.get(k)) != current.get(k)]
 
 
 class Checkpointer:
@@ -42,10 +47,13 @@ class Checkpointer:
     max_to_keep: steps kept on disk.
     fingerprint: flat dict of the config values that define the run; a checkpoint
       written under another fingerprint is refused (``ConfigMismatchError``).
+    defaults: flat defaults of the config keys (``config.flat_defaults``), for keys
+      newer than a checkpoint.
   """
 
-  def __init__(self, directory: str, *, max_to_keep: int, fingerprint: dict):
-    self.fingerprint = fingerprint
+  def __init__(self, directory: str, *, max_to_keep: int, fingerprint: dict,
+               defaults: dict | None = None):
+    self.fingerprint, self.defaults = fingerprint, defaults
     self.manager = ocp.CheckpointManager(
         directory, item_names=("state", "meta"),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
@@ -75,7 +83,7 @@ class Checkpointer:
       meta = self._restore_or_skip(step, "unreadable", "meta", ocp.args.JsonRestore())
       if meta is None:
         continue
-      diff = fingerprint_diff(meta.get("fingerprint", {}), self.fingerprint)
+      diff = fingerprint_diff(meta.get("fingerprint", {}), self.fingerprint, self.defaults)
       if diff:
         raise ConfigMismatchError(
             f"checkpoint step {step} in {self.manager.directory} was written by a run with "

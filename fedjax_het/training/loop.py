@@ -319,7 +319,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   dispatch = compile_dispatch(exp, max_rounds)
   ckpt = (ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                 max_to_keep=config.keep_checkpoints,
-                                fingerprint=fingerprint(exp)))
+                                fingerprint=fingerprint(exp),
+                                defaults=config_lib.flat_defaults(config.algorithm)))
   restored = ckpt.restore_latest(abstract)
   if restored is None:
     state = init(jax.random.PRNGKey(config.seed))
