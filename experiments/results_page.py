@@ -99,9 +99,31 @@ def sweep_docstring(command: str) -> str:
   return ""
 
 
+def earlier_section(sweep_dir: str, page_path: str) -> str:
+  """An earlier sweep's tables, its command and what it is, for comparison."""
+  info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
+  with open(os.path.join(sweep_dir, "results.csv")) as f:
+    rows = sweep_lib.parse_csv(f.read())
+  methods = list(dict.fromkeys(r["algorithm"] for r in info["runs"]))
+  settings = list(dict.fromkeys(r["setting"] for r in info["runs"]))
+  about = sweep_docstring(info.get("command", "")).strip().split("\n\n")[0]
+  csv_link = os.path.relpath(os.path.join(sweep_dir, "results.csv"),
+                             os.path.dirname(os.path.abspath(page_path)))
+  return "\n".join([
+      f"## Earlier sweep: {sweep_dir}", "", about, "", "```sh", info.get("command", ""),
+      "```", "",
+      sweep_lib.results_markdown(rows, methods=methods, settings=settings,
+                                 seeds=list(info["sweep"]["seeds"]), heading="###"),
+      f"Per-run numbers: [results.csv]({csv_link}).", ""])
+
+
 def write_page(sweep_dir: str, plots_dir: str | None, out: str,
-               command: str | None = None) -> str:
-  """Reads the sweep's and the plots' records and writes the page to ``out``."""
+               command: str | None = None, earlier: tuple[str, ...] = ()) -> str:
+  """Reads the sweep's and the plots' records and writes the page to ``out``.
+
+  ``earlier``: other sweep directories whose tables follow, for comparison (e.g. the
+  same methods under an earlier protocol).
+  """
   sweep_info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
     rows = sweep_lib.parse_csv(f.read())
@@ -111,6 +133,8 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   text = render_page(sweep_info, rows, plots_info, sweep_dir=sweep_dir,
                      plots_dir=plots_dir or "", page_path=out, page_command=command,
                      about=sweep_docstring(sweep_info.get("command", "")))
+  for other in earlier:
+    text += "\n" + earlier_section(other, out)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   sweep_lib.write_text(out, text)
   return text
@@ -124,13 +148,16 @@ def cli() -> None:
   plots_flag = flags.DEFINE_string("plots_dir", None,
                                    "experiments/plots.py --out directory (optional).")
   out_flag = flags.DEFINE_string("out", None, "The Markdown file to write.")
+  earlier_flag = flags.DEFINE_list("earlier", [], "Earlier sweep directories whose tables "
+                                   "follow the main one's, for comparison.")
   flags.mark_flags_as_required(["sweep_dir", "out"])
 
   def main(argv):
     del argv
     try:
       write_page(sweep_flag.value, plots_flag.value, out_flag.value,
-                 command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+                 command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                 earlier=tuple(earlier_flag.value))
     except FileNotFoundError as err:
       sys.exit(f"error: {err}")
     print(f"wrote {out_flag.value}", flush=True)

@@ -386,6 +386,27 @@ def markdown_table(rows: Sequence[dict], *, metric: str = "final_mean_test_acc",
   return "\n".join(lines) + "\n"
 
 
+def time_table(rows: Sequence[dict], *, methods=None, settings=None) -> str:
+  """Rows methods, columns settings: ``wall s (compile s)`` of the finished runs."""
+  methods = list(methods or _in_order(r["algorithm"] for r in rows))
+  settings = list(settings or _in_order(r["setting"] for r in rows))
+  lines = ["| Method | " + " | ".join(esc(s) for s in settings) + " |",
+           "|---|" + "---:|" * len(settings)]
+  for a in methods:
+    cells = []
+    for s in settings:
+      done = [r for r in rows if r["algorithm"] == a and r["setting"] == s
+              and r.get("status") == "done" and r.get("wall_s") is not None]
+      if not done:
+        cells.append("–")
+        continue
+      wall = np.mean([r["wall_s"] for r in done])
+      comp = [r["compile_s"] for r in done if r.get("compile_s") is not None]
+      cells.append(f"{wall:.0f}" + (f" ({np.mean(comp):.0f})" if comp else ""))
+    lines.append(f"| {esc(a)} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def esc(text) -> str:
   """Escapes ``|`` in a Markdown table cell."""
   return str(text).replace("|", "\\|")
@@ -407,6 +428,12 @@ def results_markdown(rows: Sequence[dict], *, methods=None, settings=None,
     parts += [f"{heading} {title}", "", caption, "",
               markdown_table(rows, metric=metric, methods=methods, settings=settings,
                              num_seeds=n)]
+  if any(r.get("wall_s") is not None for r in rows):
+    parts += [f"{heading} Time per run", "",
+              "Wall-clock seconds of a run, mean over its seeds, with the compilation "
+              "(first dispatch minus a compiled round) in parentheses; runs that shared "
+              "the machine with other jobs are slower than the machine allows.", "",
+              time_table(rows, methods=methods, settings=settings)]
   if failed:
     parts += ["Failed runs: " + ", ".join(f"`{r['workdir']}` ({r['status']})"
                                           for r in failed), ""]

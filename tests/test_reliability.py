@@ -24,12 +24,18 @@ SHRINK = {
 }
 
 
+# The papers' protocol pieces that carry state or randomness across a kill: momentum and
+# weight decay (optimizer state), augmentation keys, the sampled-client evaluation.
+PROTOCOL = ["--config.momentum=0.9", "--config.weight_decay=1e-3", "--config.grad_clip=50",
+            "--config.data.augment=flip_crop_erase", "--config.eval_sampled=True"]
+
+
 @pytest.mark.parametrize("name", sorted(SHRINK))
 def test_sigkill_and_resume_equals_an_uninterrupted_run(name, synthetic_npz, tmp_path):
   cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "kill_resume.py"),
          f"--config={os.path.join(ROOT, 'experiments', name + '.py')}:smoke", "--kills=2",
          f"--workdir={tmp_path}", "--", "--config.models=tiny", "--config.num_rounds=4",
-         f"--config.data.path={synthetic_npz}", *SHRINK[name]]
+         f"--config.data.path={synthetic_npz}", *PROTOCOL, *SHRINK[name]]
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout + out.stderr[-3000:]
   assert "killed during a checkpoint write" in out.stdout

@@ -97,6 +97,7 @@ def test_markdown_table_layout_mean_std_and_bold():
   both = sweep.results_markdown([_row("a", "S1", 0, 0.4, sampled=0.7)], seeds=[0])
   assert both.count("| a | **40.00** |") == 2 and both.count("| a | **70.00** |") == 2
   assert "protocol (b): the round's sampled clients right after local training" in both
+  assert "| a | 3 (2) |" in both  # wall seconds (compile seconds)
 
 
 def test_csv_round_trip():
@@ -279,6 +280,11 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", page)
   assert len(links) == 3
   assert all(os.path.exists(os.path.join(tmp_path / "docs", link)) for link in links)
+  # An earlier sweep's tables follow, with its command and a link to its numbers.
+  both = results_page.write_page(sweep_dir, out, page_path, command="python page",
+                                 earlier=(sweep_dir,))
+  assert both.startswith(page) and f"## Earlier sweep: {sweep_dir}" in both
+  assert both.count("| Method | N=4,C=100% |") == 2 * page.count("| Method | N=4,C=100% |")
 
 
 def _random_state(abstract, seed=0):
