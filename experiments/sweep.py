@@ -546,20 +546,27 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
 
 def cli() -> None:
   """The command line: ``--sweep`` (config file), ``--sweep_dir``, ``--dry_run``."""
-  from absl import app, flags, logging  # noqa: PLC0415 - importing sweep defines no flags
+  from absl import flags  # noqa: PLC0415 - importing sweep defines no flags
   from ml_collections import config_flags  # noqa: PLC0415
+
+  from fedjax_het import cli as cli_lib  # noqa: PLC0415
+  from fedjax_het.training import compile_cache  # noqa: PLC0415
 
   sweep_flag = config_flags.DEFINE_config_file("sweep", None, "Sweep config file.",
                                                lock_config=True)
   dir_flag = flags.DEFINE_string("sweep_dir", None, "Output directory (resumed).")
   dry_flag = flags.DEFINE_bool("dry_run", False, "List the runs and exit.")
+  cache_flag = flags.DEFINE_string(
+      "compile_cache", "", "Persistent compilation cache: a directory, 'default' "
+      "($FEDJAX_HET_CACHE or ~/.cache/fedjax_het/xla), 'off'; unset: <sweep_dir>/xla_cache "
+      "(the seeds and settings of a cell compile once).")
   flags.mark_flags_as_required(["sweep", "sweep_dir"])
 
   def main(argv):
     del argv
-    if not flags.FLAGS["verbosity"].present:  # keep orbax's INFO lines off the progress
-      logging.set_verbosity(logging.WARNING)
     sweep, sweep_dir = sweep_flag.value, dir_flag.value
+    if not dry_flag.value:
+      compile_cache.enable(cache_flag.value or os.path.join(sweep_dir, "xla_cache"))
     try:
       if dry_flag.value:
         runs = plan(sweep, sweep_dir)
@@ -570,15 +577,13 @@ def cli() -> None:
       rows = run_sweep(sweep, sweep_dir, log=lambda s: print(s, flush=True),
                        command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     except (ValueError, FileNotFoundError) as err:
-      logging.error("%s", err)
-      print(f"error: {err}", file=sys.stderr, flush=True)
-      sys.exit(2)
+      cli_lib.fail(err)
     failed = [r for r in rows if r["status"] != "done"]
     print(f"{len(rows) - len(failed)} runs done, {len(failed)} failed; table in "
           f"{os.path.join(sweep_dir, 'results.md')}", flush=True)
     sys.exit(1 if failed else 0)
 
-  app.run(main)
+  cli_lib.run(main, flag="sweep")
 
 
 if __name__ == "__main__":
