@@ -25,8 +25,7 @@ from fedjax_het import distributed
 from fedjax_het.training import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
-import sweep  # noqa: E402
+from fedjax_het.sweeps import runner as sweep  # noqa: E402
 
 MAIN = os.path.join(ROOT, "experiments", "main.py")
 LAUNCH_TIMEOUT_S = 240

@@ -16,10 +16,9 @@ from fedjax_het.training import loop
 from fedjax_het.training import metrics as metrics_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
-import plots  # noqa: E402
-import results_page  # noqa: E402
-import sweep  # noqa: E402
+from fedjax_het.sweeps import plots  # noqa: E402
+from fedjax_het.sweeps import results_page  # noqa: E402
+from fedjax_het.sweeps import runner as sweep  # noqa: E402
 
 SETTING = "N=4,C=100%"
 CELL = re.compile(r"^(\*\*)?\d+\.\d\d ± \d+\.\d\d(\*\*)?$")

@@ -1,0 +1,11 @@
+"""Grids of runs and their reports, as library code research scripts can import.
+
+- ``runner``: a sweep (algorithms x settings x seeds) planned, run or resumed, and
+  tabulated (``results.csv``, ``results.md``); ``experiments/sweep.py`` is its command.
+- ``plots``: figures and TensorBoard logs of run directories (needs the ``plots`` extra,
+  matplotlib and tensorboardX); ``experiments/plots.py``.
+- ``results_page``: ``docs/results.md`` from a sweep and its figures;
+  ``experiments/results_page.py``.
+
+Nothing is imported here, so ``fedjax_het.sweeps.runner`` works without matplotlib.
+"""
