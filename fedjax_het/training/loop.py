@@ -357,7 +357,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       n = int(max(1, min(PROGRESS_S / max(timing["round_s"], 1e-6), max_rounds)))
     n = min(n, stop - r)
     t_dispatch = time.perf_counter()
-    state, m = dispatch(state, exp.data, jnp.int32(n))
+    state, m = dispatch(state, exp.data, np.int32(n))  # numpy: replicated in every process
     m = jax.tree.map(lambda a: a[:n], distributed.to_host(m))
     took = time.perf_counter() - t_dispatch
     if timing["first_dispatch_s"] is None:
