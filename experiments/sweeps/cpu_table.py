@@ -1,21 +1,13 @@
-r"""A CPU-sized version of the papers' CIFAR-10 column (N=10, C=100%, pathological 2/10).
+r"""The earlier SHORT protocol on CPU (N=10, C=100%, pathological 2/10), for comparison.
 
-CPU ONLY: no GPU was lent to the session that ran it, so the papers' GPU reproduction
-(issues 3-5: full CIFAR-10, 100+ rounds, paper_table.py) is still to be run. The runs
-share 2 CPU cores with other jobs; their wall times are not speed figures.
-
-Every model-heterogeneous method of the library on the same partition of the first 6000
-pooled CIFAR-10 examples (clients run CNN-1..5), 10 rounds, one seed (about 15-25 min
-per method on 2 busy CPU cores, so a session finishes only some of them). It is a regression check of the
-whole pipeline on real data, not a reproduction of the papers' numbers (those need
-the full 60000 examples and the papers' round counts: ``paper_table.py`` on a GPU).
+What the library ran before the papers' protocol existed: 10 rounds of 1 local epoch,
+plain SGD (lr 0.01, no momentum, weight decay, clipping or augmentation), batch 64, the
+first 6000 pooled examples split 8:2 per client, Dir(1.0) shares of a class among its
+holders; both evaluation protocols are reported. ``paper_cpu.py`` is the same setting
+under the papers' protocol; docs/results.md shows both.
 
   python experiments/sweep.py --sweep=experiments/sweeps/cpu_table.py \
-      --sweep_dir=runs/cpu_table
-  python experiments/plots.py --runs=runs/cpu_table --out=runs/cpu_table/plots \
-      --compare=fedmrl,standalone
-  python experiments/results_page.py --sweep_dir=runs/cpu_table \
-      --plots_dir=runs/cpu_table/plots --out=docs/results.md
+      --sweep_dir=runs/cpu_table --sweep.algorithms=standalone,fedmrl,fedmoe
 """
 import ml_collections
 
@@ -32,7 +24,8 @@ def get_config():
   }, allow_dotted_keys=True, sort_keys=False)
   c.seeds = (0,)
   c.base_overrides = ml_collections.ConfigDict(
-      {"num_rounds": 10, "eval_every": 5, "checkpoint_every": 5},
+      {"num_rounds": 10, "eval_every": 5, "checkpoint_every": 5,
+       "partition.shares": "dirichlet"},
       allow_dotted_keys=True, sort_keys=False)
   c.algorithm_overrides = ml_collections.ConfigDict({}, allow_dotted_keys=True)
   return c
