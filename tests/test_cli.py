@@ -37,7 +37,8 @@ def test_main_prints_one_error_line_and_exits_2(tmp_path):
   assert out.returncode == 2
   assert out.stderr.strip().splitlines() == [
       "error: unknown config key 'data.dataset'; valid keys of 'data' are ['augment', "
-      "'name', 'path', 'pool', 'public', 'subsample', 'validation']"]
+      "'name', 'path', 'pool', 'public', 'subsample', 'subsample_per_class', "
+      "'validation']"]
   assert out.stdout == ""
   bad = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "main.py"),
                         f"--config={FEDMRL}:smoke", f"--workdir={tmp_path}",

@@ -59,5 +59,8 @@ def test_fedavg_refuses_heterogeneous_models():
 def test_variants():
   c = config_lib.apply_variant(_cfg(), "smoke")
   assert c.num_rounds == 3 and c.data.subsample_per_class == 100 and c.data.subsample == 0
-  with pytest.raises(ValueError, match="valid: \\['smoke'\\]"):
+  cpu = config_lib.apply_variant(_cfg(), "cpu")
+  assert (cpu.num_clients, cpu.num_rounds, cpu.data.subsample) == (10, 20, 6000)
+  config_lib.validate(cpu)
+  with pytest.raises(ValueError, match="valid: \\['cpu', 'smoke'\\]"):
     config_lib.apply_variant(_cfg(), "tiny")

@@ -128,7 +128,7 @@ def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_ar
   up = moss_lib.uplink(state.server["types"][0])
   assert jax.tree.structure(up) == jax.tree.structure(state.server["types"][0])
   np.testing.assert_allclose(jnp.sum(m["file_weights"]), 1.0, atol=1e-6)
-  assert float(m["public_overlap"]) == 1.0  # every pooled example belongs to a client
+  assert float(m["public_overlap"]) == 0.0  # data.public holds the set out of every client
   counts = alg.evaluate(state, exp.data)
   assert len(counts) == 2
 
