@@ -61,6 +61,7 @@ def test_variants():
   assert c.num_rounds == 3 and c.data.subsample_per_class == 100 and c.data.subsample == 0
   cpu = config_lib.apply_variant(_cfg(), "cpu")
   assert (cpu.num_clients, cpu.num_rounds, cpu.data.subsample) == (10, 20, 6000)
+  assert (cpu.momentum, cpu.weight_decay, cpu.grad_clip) == (0.9, 1e-3, 50.0)
   config_lib.validate(cpu)
   with pytest.raises(ValueError, match="valid: \\['cpu', 'smoke'\\]"):
     config_lib.apply_variant(_cfg(), "tiny")
