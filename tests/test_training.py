@@ -226,3 +226,24 @@ def test_smoke_variant_learns_cifar100(tmp_path):
   np.testing.assert_array_equal(held, [10] * 5)  # the papers' 10 of 100 classes each
   summary = loop.run(c, str(tmp_path / "run"), log=lambda s: None)
   assert summary["best_mean_test_acc"] > 0.3  # chance within a client's 10 classes: 0.1
+
+
+def test_resume_between_evaluations_keeps_the_best_sampled_accuracy(tiny_config, tmp_path,
+                                                                   monkeypatch):
+  from fedjax_het.training import checkpoint as ckpt_lib
+  config = tiny_config(models="tiny", overrides={"num_rounds": 4, "eval_every": 4,
+                                                 "checkpoint_every": 2})
+  full = loop.run(config, str(tmp_path / "full"), log=lambda s: None)
+  save = ckpt_lib.Checkpointer.save
+
+  def crash_after_round_2(self, step, state, meta):
+    save(self, step, state, meta)
+    if step == 2:
+      raise KeyboardInterrupt  # killed after the checkpoint, before any evaluation row
+  monkeypatch.setattr(ckpt_lib.Checkpointer, "save", crash_after_round_2)
+  with pytest.raises(KeyboardInterrupt):
+    loop.run(config, str(tmp_path / "part"), log=lambda s: None)
+  monkeypatch.setattr(ckpt_lib.Checkpointer, "save", save)
+  resumed = loop.run(config, str(tmp_path / "part"), log=lambda s: None)
+  assert resumed["best_sampled_test_acc"] == full["best_sampled_test_acc"]
+  assert _strip_wall(_rows(tmp_path / "part")) == _strip_wall(_rows(tmp_path / "full"))

@@ -342,8 +342,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
   progress = metrics_lib.Progress(config.num_rounds, start, log)
   t0, wall0 = time.perf_counter(), meta["wall_s"]
   up, down = meta["uplink_params"], meta["downlink_params"]
-  best_sampled = max((row["best_sampled_test_acc"] for row in log_rows.rows
-                      if "best_sampled_test_acc" in row), default=None)
+  # the best sampled-client accuracy of every round so far (rounds between a logged row
+  # and the checkpoint included: the checkpoint's meta carries it)
+  best_sampled = meta.get("best_sampled_test_acc")
   acc, sampled, loss = None, None, float("nan")
   timing = {"first_dispatch_s": None, "round_s": None}
   r = start
@@ -353,6 +354,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
     # one, and it times the compilation), then about PROGRESS_S of rounds at a time
     if timing["first_dispatch_s"] is None or timing["round_s"] is None:
       n = 1
+    elif jax.process_count() > 1:  # every process must dispatch alike: no local clocks
+      n = stop - r
     else:
       n = int(max(1, min(PROGRESS_S / max(timing["round_s"], 1e-6), max_rounds)))
     n = min(n, stop - r)
@@ -390,7 +393,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
     # ---- checkpoint
     if (config.checkpoint_every and r % config.checkpoint_every == 0) or r == config.num_rounds:
       ckpt.save(r, state, {"round": r, "uplink_params": up, "downlink_params": down,
-                           "wall_s": wall})
+                           "wall_s": wall, "best_sampled_test_acc": best_sampled})
   ckpt.close()
   if acc is None:  # resumed a finished run: evaluate the restored state
     acc = per_client_accuracy(exp, evaluate(state, exp.data))
