@@ -44,6 +44,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.eval_every = 10
   c.eval_sampled = True
+  c.log_every = 0
   c.checkpoint_every = 50
   c.keep_checkpoints = 2
   c.runtime = ml_collections.ConfigDict(
@@ -189,6 +190,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_range("seed", c.seed, 0, integer=True)
   _check_range("eval_every", c.eval_every, 1, integer=True)
   _check_bool("eval_sampled", c.eval_sampled)
+  _check_range("log_every", c.log_every, 0, integer=True)
   _check_range("checkpoint_every", c.checkpoint_every, 0, integer=True)
   _check_range("keep_checkpoints", c.keep_checkpoints, 1, integer=True)
   _check_keys("runtime.", c.runtime.keys(), base.runtime.keys())

@@ -48,9 +48,13 @@ def mesh_devices(n: int) -> list:
   return [d for p in sorted(by_process) for d in by_process[p][:n // procs]]
 
 
-def client_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
-  """Sharding of arrays whose leading axis is the client axis."""
-  return NamedSharding(mesh, P(CLIENT_AXIS))
+def client_sharding(mesh: jax.sharding.Mesh, replicas: bool = False) -> NamedSharding:
+  """Sharding of arrays whose leading axis is the client axis.
+
+  With ``replicas`` the arrays have a leading replica axis (independent runs stacked,
+  ``loop.run_seeds``), kept whole on every device, and the client axis second.
+  """
+  return NamedSharding(mesh, P(None, CLIENT_AXIS) if replicas else P(CLIENT_AXIS))
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
@@ -85,9 +89,12 @@ def put(a, spec: NamedSharding) -> jax.Array:
   return jax.make_array_from_callback(host.shape, spec, lambda index: host[index])
 
 
-def place_clients(tree, mesh: jax.sharding.Mesh):
-  """Puts a pytree whose leaves all have a leading client axis onto the mesh."""
-  spec = client_sharding(mesh)
+def place_clients(tree, mesh: jax.sharding.Mesh, replicas: bool = False):
+  """Puts a pytree whose leaves all have a leading client axis onto the mesh.
+
+  ``replicas``: the leaves are ``[replicas, clients, ...]`` (``client_sharding``).
+  """
+  spec = client_sharding(mesh, replicas)
   return jax.tree.map(
       lambda a: put(np.asarray(a) if not isinstance(a, jax.Array) else a, spec), tree)
 

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Sequence
 
 import flax
+import jax
 import numpy as np
 
 
@@ -241,3 +242,52 @@ def unpad_clients(values_per_group: Sequence[np.ndarray], layout: Layout) -> np.
   for v, ids in zip(values, layout.client_ids):
     out[list(ids)] = v[:len(ids)]
   return out
+
+
+def pad_examples(index: ClientIndex, train_width: int, test_width: int) -> ClientIndex:
+  """``index`` with its example axes padded to ``train_width`` / ``test_width``.
+
+  Padding has index 0 and mask False, so a padded table trains and evaluates exactly as
+  the original (``clients.epoch_batches`` puts real examples first; JAX's random draws of
+  a longer shape start with those of the shorter one). Used to stack the tables of runs
+  with other seeds (other partitions) on one replica axis.
+  """
+  def pad(a, width):
+    extra = width - a.shape[1]
+    if extra < 0:
+      raise ValueError(f"cannot pad a table of width {a.shape[1]} to {width}")
+    return np.pad(a, ((0, 0), (0, extra)))
+  return index.replace(train_idx=pad(index.train_idx, train_width),
+                       train_mask=pad(index.train_mask, train_width),
+                       test_idx=pad(index.test_idx, test_width),
+                       test_mask=pad(index.test_mask, test_width))
+
+
+def stack_replicas(datas: Sequence[FederatedData]) -> tuple[FederatedData, FederatedData]:
+  """The data of S runs on a leading replica axis, and the ``vmap`` axes to read it.
+
+  Each group's tables are padded to the widest of the S runs (``pad_examples``) and
+  stacked ``[S, n_g, ...]``. The pooled ``x``/``y`` are stacked too unless every run holds
+  the same pool (then one copy is shared: axis None).
+
+  Returns:
+    ``(stacked data of numpy arrays, in_axes)``: ``in_axes`` is a ``FederatedData`` whose
+    leaves are 0 (stacked) or None (shared), for ``jax.vmap(..., in_axes=...)``.
+  """
+  first = datas[0]
+  shared = all(d.x.shape == first.x.shape and np.array_equal(d.y, first.y)
+               and np.array_equal(d.x, first.x) for d in datas[1:])
+  groups, axes = [], []
+  for g in range(len(first.groups)):
+    tables = [d.groups[g] for d in datas]
+    tw = max(t.train_idx.shape[1] for t in tables)
+    sw = max(t.test_idx.shape[1] for t in tables)
+    tables = [pad_examples(t, tw, sw) for t in tables]
+    groups.append(jax.tree.map(lambda *a: np.stack(a), *tables))
+    axes.append(ClientIndex(*([0] * 6)))
+  x = first.x if shared else np.stack([d.x for d in datas])
+  y = first.y if shared else np.stack([d.y for d in datas])
+  axis = None if shared else 0
+  return (FederatedData(x=x, y=y, groups=tuple(groups)),
+          FederatedData(x=axis, y=axis, groups=tuple(axes)))
+

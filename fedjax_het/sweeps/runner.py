@@ -47,7 +47,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_het import config as config_lib
-from fedjax_het.training import loop
+from fedjax_het.sweeps import budget
+from fedjax_het.training import estimate, loop
 from fedjax_het.training import metrics as metrics_lib
 
 # experiments/ of the source tree: algorithm names in a sweep file name its config files
@@ -497,8 +498,80 @@ def write_manifest(sweep_dir: str, sweep: ml_collections.ConfigDict, runs: Seque
                 "workdir": os.path.relpath(r.workdir, sweep_dir)} for r in runs]})
 
 
+def batches(runs: Sequence[Run], done: Sequence[dict | None], seed_batch: int,
+            order: Callable[[Run], object] | None = None) -> list[list[int]]:
+  """Which unfinished runs to compute together, as lists of positions in ``runs``.
+
+  With ``seed_batch`` > 1 the unfinished seeds of one (algorithm, setting) cell are
+  taken ``seed_batch`` at a time (``loop.run_seeds``: one program, a replica axis over
+  seeds). Batches follow ``order`` (a sort key of a batch's first run; stable) or the
+  plan's order.
+  """
+  todo = [i for i, s in enumerate(done) if s is None]
+  if seed_batch <= 1:
+    out = [[i] for i in todo]
+  else:
+    cells: dict = {}
+    for i in todo:
+      cells.setdefault((runs[i].algorithm, runs[i].setting), []).append(i)
+    out = sorted((idx[j:j + seed_batch] for idx in cells.values()
+                  for j in range(0, len(idx), seed_batch)), key=lambda b: b[0])
+  return sorted(out, key=lambda b: order(runs[b[0]])) if order else out
+
+
+def batch_prefix(positions: Sequence[int], total: int, runs: Sequence[Run]) -> str:
+  """``'[4-6/30] fedmrl | N=10,C=100% | seeds 0,1,2'`` (one run: ``run_prefix``)."""
+  first = runs[positions[0]]
+  if len(positions) == 1:
+    return run_prefix(positions[0] + 1, total, first)
+  seeds = ",".join(str(runs[i].seed) for i in positions)
+  return (f"[{positions[0] + 1}-{positions[-1] + 1}/{total}] {first.algorithm} | "
+          f"{first.setting} | seeds {seeds}")
+
+
+def run_batch(batch: Sequence[Run], log: Callable[[str], None],
+              deadline: float | None = None) -> list:
+  """Summaries (or an error per run) of a batch: ``loop.run_seeds``, else one by one.
+
+  A batch whose seeds cannot share a program (checkpoints at different rounds), or
+  that fails (one seed's non-finite loss stops the program), is run again seed by seed,
+  each resuming from its own checkpoint, so the healthy seeds finish. A run that passes
+  the ``deadline`` raises ``loop.DeadlineReached`` (checkpointed).
+  """
+  if len(batch) > 1:
+    try:
+      return loop.run_seeds([r.config for r in batch], [r.workdir for r in batch],
+                            log=log, deadline=deadline)
+    except (loop.SeedsNotAligned, *RUN_ERRORS) as err:
+      log(f"seeds run one by one ({type(err).__name__}: {err})")
+  out = []
+  for r in batch:
+    try:
+      out.append(loop.run(r.config, r.workdir, log=log, deadline=deadline))
+    except RUN_ERRORS as err:
+      out.append(err)
+  return out
+
+
+def print_plan(runs: Sequence[Run], jobs: Sequence[Sequence[int]], sweep_dir: str,
+               budget_s: float | None, log: Callable[[str], None]) -> None:
+  """The FLOPs and estimated time of every batch still to run, before the sweep starts.
+
+  The calibration times the first batch's first run (``estimate.calibrate``); see
+  ``fedjax_het.sweeps.budget``.
+  """
+  costs = budget.cell_costs(runs, [i for b in jobs for i in b], sweep_dir, log)
+  exp = loop.prepare(runs[jobs[0][0]].config)
+  calibration = estimate.calibrate(exp)
+  lines = budget.plan_budget(runs, jobs, costs, calibration, budget_s)
+  for line in budget.format_plan(runs, lines, calibration, budget_s):
+    log(line)
+
+
 def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
-              log: Callable[[str], None] = print, command: str | None = None) -> list[dict]:
+              log: Callable[[str], None] = print, command: str | None = None,
+              seed_batch: int = 1, order: Callable[[Run], object] | None = None,
+              deadline: float | None = None, estimate_first: bool = False) -> list[dict]:
   """Runs every unfinished run of the sweep and writes the results.
 
   Args:
@@ -506,43 +579,67 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     sweep_dir: output directory; rerunning continues a killed sweep.
     log: where progress lines go.
     command: the command line, recorded in ``sweep.json``.
+    seed_batch: seeds of a cell run together on a replica axis (``batches``); 1: one
+      run at a time.
+    order: sort key of the runs (``batches``); default the plan's order.
+    deadline: a ``time.time()``: no batch starts after it, and the run in progress
+      checkpoints and stops there (``loop.DeadlineReached``); rerunning continues.
+    estimate_first: print the FLOPs and estimated time of every run still to do, and
+      which fit before the deadline, before starting (``print_plan``).
 
   Returns:
-    The ``results.csv`` rows, in run order.
+    The ``results.csv`` rows of the finished and failed runs, in run order.
   """
+  if not isinstance(seed_batch, int) or seed_batch < 1:
+    raise ValueError(f"seed_batch={seed_batch!r} must be an integer >= 1")
   runs = plan(sweep, sweep_dir)  # every config is validated before anything runs
   os.makedirs(sweep_dir, exist_ok=True)
   write_manifest(sweep_dir, sweep, runs, command)
   done = [finished_summary(r) for r in runs]
   todo = sum(s is None for s in done)
   log(f"sweep: {len(runs)} runs, {len(runs) - todo} finished earlier, {todo} to run "
-      f"-> {sweep_dir}")
-  rows, durations = [], []
+      f"-> {sweep_dir}" + (f" (seeds {seed_batch} at a time)" if seed_batch > 1 else ""))
+  rows, durations = {}, []
   for i, (run, summary) in enumerate(zip(runs, done)):
-    prefix = run_prefix(i + 1, len(runs), run)
     if summary is not None:
-      log(f"{prefix} | finished earlier (final mean test acc "
+      log(f"{run_prefix(i + 1, len(runs), run)} | finished earlier (final mean test acc "
           f"{100 * summary['final_mean_test_acc']:.2f}%), skipped")
-      rows.append(result_row(run, sweep_dir, summary, "done"))
-      continue
-    todo -= 1
+      rows[i] = result_row(run, sweep_dir, summary, "done")
+  jobs = batches(runs, done, seed_batch, order)
+  if estimate_first and jobs:
+    print_plan(runs, jobs, sweep_dir, None if deadline is None else deadline - time.time(),
+               log)
+  for positions in jobs:
+    if deadline is not None and time.time() >= deadline:
+      log(f"sweep: the time budget is used up; {todo} runs left, rerun to continue")
+      break
+    batch = [runs[i] for i in positions]
+    prefix = batch_prefix(positions, len(runs), runs)
+    todo -= len(batch)
     t0 = time.perf_counter()
-    eta = lambda frac, t0=t0, left=todo: sweep_eta(  # noqa: E731
-        durations, left, time.perf_counter() - t0, frac)
-    log(f"{prefix} | start -> {run.workdir} | sweep ETA {format_duration(eta(0.0))}")
+    eta = lambda frac, t0=t0, left=todo, k=len(batch): sweep_eta(  # noqa: E731
+        durations, left, (time.perf_counter() - t0) / k, frac)
+    where = batch[0].workdir if len(batch) == 1 else os.path.join(
+        os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
+    log(f"{prefix} | start -> {where} | sweep ETA {format_duration(eta(0.0))}")
     try:
-      summary = loop.run(run.config, run.workdir, log=prefixed_log(log, prefix, eta))
-      status = "done"
-    except RUN_ERRORS as err:
-      summary, status = None, f"failed: {type(err).__name__}"
-      log(f"{prefix} | FAILED: {err}")
-    durations.append(time.perf_counter() - t0)
-    rows.append(result_row(run, sweep_dir, summary, status))
-    if summary is not None:
-      log(f"{prefix} | done in {format_duration(durations[-1])}: final mean test acc "
-          f"{100 * summary['final_mean_test_acc']:.2f}% | sweep ETA "
-          f"{format_duration(sweep_eta(durations, todo))}")
-    write_results(sweep_dir, rows, runs, sweep.seeds)
+      outcomes = run_batch(batch, prefixed_log(log, prefix, eta), deadline)
+    except loop.DeadlineReached as err:
+      log(f"{prefix} | {err}; the sweep stops here, rerun to continue")
+      break
+    took = time.perf_counter() - t0
+    durations += [took / len(batch)] * len(batch)  # per run: a batch shares its time
+    for i, run, out in zip(positions, batch, outcomes):
+      if isinstance(out, Exception):
+        log(f"{run_prefix(i + 1, len(runs), run)} | FAILED: {out}")
+        rows[i] = result_row(run, sweep_dir, None, f"failed: {type(out).__name__}")
+      else:
+        rows[i] = result_row(run, sweep_dir, out, "done")
+        log(f"{run_prefix(i + 1, len(runs), run)} | done in {format_duration(took)}: final "
+            f"mean test acc {100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
+            f"{format_duration(sweep_eta(durations, todo))}")
+    write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
+  rows = [rows[i] for i in sorted(rows)]
   write_results(sweep_dir, rows, runs, sweep.seeds)
   return rows
 
@@ -559,6 +656,15 @@ def cli() -> None:
                                                lock_config=True)
   dir_flag = flags.DEFINE_string("sweep_dir", None, "Output directory (resumed).")
   dry_flag = flags.DEFINE_bool("dry_run", False, "List the runs and exit.")
+  batch_flag = flags.DEFINE_integer(
+      "seed_batch", 1, "Seeds of a cell run together as one program on a replica axis "
+      "(loop.run_seeds); 1: one run at a time.")
+  budget_flag = flags.DEFINE_float(
+      "budget_min", 0.0, "Stop after this many minutes (the run in progress checkpoints; "
+      "rerun to continue); 0: no limit.")
+  estimate_flag = flags.DEFINE_bool(
+      "estimate", True, "Before starting, print each run's FLOPs and estimated time from "
+      "a short calibration of the first run, and what fits the budget.")
   cache_flag = flags.DEFINE_string(
       "compile_cache", "", "Persistent compilation cache: a directory, 'default' "
       "($FEDJAX_HET_CACHE or ~/.cache/fedjax_het/xla), 'off'; unset: <sweep_dir>/xla_cache "
@@ -578,12 +684,17 @@ def cli() -> None:
           print(f"{run_prefix(i + 1, len(runs), run)} | {done} -> {run.workdir}")
         return
       rows = run_sweep(sweep, sweep_dir, log=lambda s: print(s, flush=True),
-                       command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+                       command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                       seed_batch=batch_flag.value, estimate_first=estimate_flag.value,
+                       deadline=(time.time() + 60 * budget_flag.value
+                                 if budget_flag.value > 0 else None))
     except (ValueError, FileNotFoundError) as err:
       cli_lib.fail(err)
     failed = [r for r in rows if r["status"] != "done"]
-    print(f"{len(rows) - len(failed)} runs done, {len(failed)} failed; table in "
-          f"{os.path.join(sweep_dir, 'results.md')}", flush=True)
+    left = len(plan(sweep, sweep_dir)) - len(rows)
+    print(f"{len(rows) - len(failed)} runs done, {len(failed)} failed"
+          + (f", {left} left (rerun to continue)" if left else "")
+          + f"; table in {os.path.join(sweep_dir, 'results.md')}", flush=True)
     sys.exit(1 if failed else 0)
 
   cli_lib.run(main, flag="sweep")

@@ -77,20 +77,24 @@ class Progress:
     self.t0 = clock()
     self.acc = None
 
-  def update(self, round_: int, acc: float | None, loss: float,
-             sampled_acc: float | None = None) -> None:
-    """One line; ``acc`` None when this round was not evaluated (the latest is shown)."""
-    if acc is not None:
+  def update(self, round_: int, acc, loss, sampled_acc=None) -> None:
+    """One line after a dispatch.
+
+    ``acc``, ``loss`` and ``sampled_acc`` are floats, or one per seed for seeds run on a
+    replica axis (shown ``a/b/c``); ``acc`` None when no round was evaluated yet (the
+    latest is shown).
+    """
+    if acc is not None and not _all_none(acc):
       self.acc = acc
     elapsed = self.clock() - self.t0
     rate = (round_ - self.start) / elapsed if elapsed > 0 else math.inf
     eta = (self.total - round_) / rate if rate > 0 else math.inf
     parts = [f"round {round_}/{self.total}"]
     if self.acc is not None:
-      parts.append(f"mean test acc {self.acc:.4f}")
-    if sampled_acc is not None:
-      parts.append(f"sampled clients acc {sampled_acc:.4f}")
-    parts += [f"train loss {loss:.4f}", f"{rate:.2f} rounds/s", f"eta {format_s(eta)}"]
+      parts.append(f"mean test acc {_values(self.acc)}")
+    if sampled_acc is not None and not _all_none(sampled_acc):
+      parts.append(f"sampled clients acc {_values(sampled_acc)}")
+    parts += [f"train loss {_values(loss)}", f"{rate:.2f} rounds/s", f"eta {format_s(eta)}"]
     self.log(" | ".join(parts))
 
   def estimate(self, first_s: float, round_s: float, backend: str) -> str:
@@ -105,6 +109,17 @@ class Progress:
 
 
 CPU_HINT_S = 15 * 60
+
+
+def _all_none(value) -> bool:
+  return all(v is None for v in value) if isinstance(value, (list, tuple)) else value is None
+
+
+def _values(value) -> str:
+  """``0.8123``, or ``0.8123/0.7990`` for one value per seed."""
+  if isinstance(value, (list, tuple)):
+    return "/".join("?" if v is None else f"{v:.4f}" for v in value)
+  return f"{value:.4f}"
 
 
 def format_s(seconds: float) -> str:

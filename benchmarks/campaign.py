@@ -1,0 +1,11 @@
+r"""The campaign: speed comparison and the papers' CIFAR-10 column in a time budget.
+
+  python benchmarks/campaign.py --size=tiny --results=/tmp/results   # CPU, about a minute
+  python benchmarks/campaign.py --size=paper --budget_min=25         # one GPU; rerun to continue
+
+The command line of ``fedjax_het.sweeps.campaign`` (see its docstring).
+"""
+from fedjax_het.sweeps import campaign
+
+if __name__ == "__main__":
+  campaign.cli()

@@ -1,0 +1,84 @@
+r"""Seeds as separate runs vs seeds on a replica axis: wall time of one sweep cell.
+
+  python benchmarks/replicas.py --sweep=experiments/sweeps/paper_cpu.py --algorithm=fedmrl
+  python benchmarks/replicas.py --sweep=experiments/sweeps/paper_cpu.py --algorithm=fedmrl \
+      --seeds=0,1,2 --rounds=5
+
+Runs the cell's seeds twice, in fresh temporary workdirs: (a) one ``loop.run`` per seed,
+one after the other, as a sweep does with ``--seed_batch=1`` (the persistent compilation
+cache on, in a fresh directory, so the first run compiles and the others load it), and
+(b) ``loop.run_seeds`` (one program, a replica axis), as ``--seed_batch=S`` does (its
+program is another one: it compiles once). Prints the wall seconds of each (compilation included), their
+ratio, and the largest difference between the two ways' per-seed final accuracies.
+``--rounds`` cuts the cell's rounds (0: the sweep's).
+"""
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+from fedjax_het import cli as cli_lib
+from fedjax_het.sweeps import runner
+from fedjax_het.training import compile_cache, loop
+
+
+def cell_configs(sweep_path: str, algorithm: str, setting: str | None, seeds, rounds: int):
+  """The configs of one (algorithm, setting) cell of a sweep, one per seed."""
+  sweep = runner.load_config_file(sweep_path)
+  sweep.seeds = tuple(seeds)
+  runs = [r for r in runner.plan(sweep, "/unused") if r.algorithm == algorithm
+          and (setting is None or r.setting == setting)]
+  if not runs:
+    raise ValueError(f"no run of algorithm {algorithm!r} (setting {setting!r}) in "
+                     f"{sweep_path}")
+  first = runs[0].setting
+  configs = [r.config for r in runs if r.setting == first]
+  for c in configs:
+    if rounds:
+      c.num_rounds = rounds
+  return first, configs
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--sweep", required=True)
+  p.add_argument("--algorithm", default="fedmrl")
+  p.add_argument("--setting", default=None, help="default: the sweep's first")
+  p.add_argument("--seeds", default="0,1,2")
+  p.add_argument("--rounds", type=int, default=0)
+  args = p.parse_args(argv)
+  cli_lib.quiet([""])
+  try:
+    setting, configs = cell_configs(args.sweep, args.algorithm, args.setting,
+                                    [int(s) for s in args.seeds.split(",")], args.rounds)
+  except (ValueError, FileNotFoundError) as err:
+    cli_lib.fail(err)
+  print(f"{args.algorithm} | {setting} | seeds {args.seeds} | {configs[0].num_rounds} "
+        f"rounds", flush=True)
+  root = tempfile.mkdtemp(prefix="replicas_")
+  quiet = lambda line: None  # noqa: E731
+  try:
+    compile_cache.enable(os.path.join(root, "cache"))
+    t = time.perf_counter()
+    separate = [loop.run(c, os.path.join(root, f"sep{c.seed}"), log=quiet) for c in configs]
+    separate_s = time.perf_counter() - t
+    print(f"separate runs: {separate_s:.1f} s", flush=True)
+    t = time.perf_counter()
+    batched = loop.run_seeds(configs, [os.path.join(root, f"bat{c.seed}") for c in configs],
+                             log=quiet)
+    batched_s = time.perf_counter() - t
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+  diff = max(abs(a["final_mean_test_acc"] - b["final_mean_test_acc"])
+             for a, b in zip(separate, batched))
+  finals = " / ".join(f"{100 * s['final_mean_test_acc']:.2f}" for s in batched)
+  print(f"replica axis: {batched_s:.1f} s; separate / replica = "
+        f"{separate_s / batched_s:.2f}x; final mean test acc per seed {finals} %, largest "
+        f"difference to the separate runs {100 * diff:.4f} points")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,41 @@
+r"""The papers' protocol at a size CI runs in a minute (``benchmarks/campaign.py --size=tiny``).
+
+Every piece of ``paper_table.py``'s protocol (SGD momentum, weight decay and clipping,
+flip + crop + erasing, pFedHN's shares, the official pool, K = round(C * N), both
+evaluations every round), on the first 400 examples of CIFAR-10's splits, 4 clients of
+the test-only ``tiny`` CNN and CNN-5, 2 rounds of one epoch, two seeds: it checks the
+campaign's path (estimate, budget, seeds on a replica axis, results files), not
+accuracy.
+
+  python experiments/sweep.py --sweep=experiments/sweeps/tiny.py --sweep_dir=/tmp/tiny \
+      --seed_batch=2
+"""
+import importlib.util
+import os
+
+import ml_collections
+
+_spec = importlib.util.spec_from_file_location(
+    "paper_table", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
+paper_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paper_table)
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.algorithms = ["standalone", "fedmrl", "fedmoe"]
+  c.variant = ""
+  c.settings = ml_collections.ConfigDict({
+      "CIFAR-10 N=4,C=50% (400 examples)": {
+          "data.name": "cifar10", "data.subsample": 400, "data.validation": 0,
+          "partition.classes_per_client": 2, "num_clients": 4, "participation": 0.5,
+          "models": "tiny,cnn5"},
+  }, allow_dotted_keys=True, sort_keys=False)
+  c.seeds = (0, 1)
+  c.base_overrides = ml_collections.ConfigDict(
+      {**paper_table.PROTOCOL, "num_rounds": 2, "local_epochs": 1, "batch_size": 16,
+       "checkpoint_every": 1},
+      allow_dotted_keys=True, sort_keys=False)
+  c.algorithm_overrides = ml_collections.ConfigDict(
+      {"fedmrl": {"algo.d1": 50}}, allow_dotted_keys=True)
+  return c

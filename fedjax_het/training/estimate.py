@@ -1,0 +1,197 @@
+"""What a run will cost before it runs: its FLOPs, and its time from a short calibration.
+
+FLOPs come from XLA's cost analysis of the algorithm's own client step (its
+``Protocol``), lowered on ONE minibatch: every loop of local training (epochs, steps) is
+then one iteration, which XLA counts once, so the count is that of one SGD step on B
+examples (augmentation, forward, backward, optimizer) and needs no compilation. Scaled by
+the partition's real example counts, the rounds and the evaluations it gives the run's
+useful FLOPs (padding and the server's aggregation are not counted):
+
+- training: every round, each sampled client's train examples x E x its group's
+  FLOPs per training example;
+- protocol (a): every ``eval_every`` rounds (and the last), every client's test
+  examples x the FLOPs of its model's prediction;
+- protocol (b) (``eval_sampled``): every round, the sampled clients' test examples.
+
+The time is estimated from a calibration: ``calibrate`` runs the run's own compiled
+dispatch (``loop.compile_dispatch``, the program ``loop.run`` uses, so with the
+persistent compilation cache the run itself does not compile again) for one round
+(compilation) and then two rounds (speed), giving seconds per round and the achieved
+FLOP/s; ``estimate_seconds`` applies them to any run.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from fedjax_het.models.preprocess import normalize
+
+
+class Cost(NamedTuple):
+  """The FLOPs of a run (useful work, see the module docstring).
+
+  Attributes:
+    train_flops_per_example: per group, one training example through one local step.
+    predict_flops_per_example: per group, one test example through the client's model.
+    round_flops: expected FLOPs of one round: local training plus, with
+      ``eval_sampled``, the sampled clients' evaluation.
+    eval_flops: one evaluation of every client (protocol (a)).
+    total_flops: the whole run from round 0 (``num_rounds`` rounds, its evaluations).
+    num_rounds: the run's rounds.
+  """
+  train_flops_per_example: tuple
+  predict_flops_per_example: tuple
+  round_flops: float
+  eval_flops: float
+  total_flops: float
+  num_rounds: int
+
+
+class Calibration(NamedTuple):
+  """A measured dispatch of a run: compilation seconds, seconds and FLOP/s per round."""
+  compile_s: float
+  round_s: float
+  flops_per_s: float
+
+
+class _Data(NamedTuple):
+  """The pooled-data argument of ``Protocol.client_update`` (``.x``, ``.y``)."""
+  x: jax.ShapeDtypeStruct
+  y: jax.ShapeDtypeStruct
+
+
+def _flops(lowered) -> float:
+  analysis = lowered.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+    analysis = analysis[0]
+  return float((analysis or {}).get("flops", 0.0))
+
+
+def step_flops(exp) -> tuple[tuple, tuple]:
+  """(train, predict) FLOPs per example of each group, from XLA's cost analysis.
+
+  Lowers (does not compile) ``Protocol.client_update`` on one full minibatch and the
+  client's ``predict`` on one batch of images.
+  """
+  proto, rt = exp.algorithm.protocol, exp.runtime
+  if proto is None:
+    raise ValueError(f"algorithm {exp.config.algorithm!r} has no Protocol: its FLOPs "
+                     "cannot be estimated")
+  b = rt.batch_size
+  key = jax.random.PRNGKey(0)
+  image = tuple(exp.data.x.shape[1:])
+  data = _Data(jax.ShapeDtypeStruct((b,) + image, jnp.uint8),
+               jax.ShapeDtypeStruct((b,), jnp.int32))
+  idx = jax.ShapeDtypeStruct((b,), jnp.int32)
+  mask = jax.ShapeDtypeStruct((b,), jnp.bool_)
+  server = jax.eval_shape(proto.init_server, key)
+  train, predict = [], []
+  for g in range(rt.layout.num_groups):
+    client = jax.eval_shape(functools.partial(proto.init_client, g), key)
+    payload = jax.eval_shape(lambda s, g=g: proto.downlink(s, g), server)
+    update = jax.jit(functools.partial(proto.client_update, g))
+    train.append(_flops(update.lower(client, payload, data, idx, mask, key)) / b)
+
+    def apply(client, payload, x, g=g):
+      return proto.predict(g, client, payload)(normalize(x).astype(rt.compute_dtype))
+    predict.append(_flops(jax.jit(apply).lower(client, payload, data.x)) / b)
+  return tuple(train), tuple(predict)
+
+
+def run_cost(exp) -> Cost:
+  """The FLOPs of ``exp``'s whole run (see the module docstring)."""
+  config, rt = exp.config, exp.runtime
+  train, predict = step_flops(exp)
+  round_flops = eval_flops = 0.0
+  for g, index in enumerate(exp.data.groups):
+    n_g = rt.layout.group_sizes[g]
+    share = rt.expected_sampled(g) / n_g  # each client's chance to train in a round
+    num_train = float(np.sum(np.asarray(index.num_train)))
+    num_test = float(np.sum(np.asarray(index.num_test)))
+    round_flops += share * num_train * config.local_epochs * train[g]
+    if config.eval_sampled:
+      round_flops += share * num_test * predict[g]
+    eval_flops += num_test * predict[g]
+  # rounds r % eval_every == 0, and the last: ceil(T / eval_every) evaluations
+  evals = -(-config.num_rounds // config.eval_every)
+  total = config.num_rounds * round_flops + evals * eval_flops
+  return Cost(train, predict, round_flops, eval_flops, total, config.num_rounds)
+
+
+def calibrate(exp, cost: Cost | None = None) -> Calibration:
+  """Times ``exp``'s own compiled dispatch: one round (compilation), then two rounds.
+
+  Runs on a fresh initial state and writes nothing; the program is the one ``loop.run``
+  compiles for this config, so the persistent compilation cache serves the run itself.
+  """
+  from fedjax_het.training import loop  # noqa: PLC0415 - loop imports this module
+  cost = cost or run_cost(exp)
+  init, *_ = loop.compile_fns(exp)
+  dispatch = loop.compile_dispatch(exp, min(exp.config.num_rounds, loop.MAX_DISPATCH))
+  state = init(jax.random.PRNGKey(exp.config.seed))
+  t = time.perf_counter()
+  state, rows, _ = dispatch(state, exp.data, np.int32(1))
+  jax.block_until_ready(rows)
+  first = time.perf_counter() - t
+  t = time.perf_counter()
+  state, rows, _ = dispatch(state, exp.data, np.int32(2))
+  jax.block_until_ready(rows)
+  round_s = (time.perf_counter() - t) / 2
+  return Calibration(max(first - round_s, 0.0), round_s, cost.round_flops / round_s)
+
+
+def estimate_seconds(cost: Cost, calibration: Calibration, *, rounds_left: int | None = None,
+                     compile_s: float | None = None) -> float:
+  """Seconds of a run of ``cost`` at the calibration's FLOP/s, compilation included.
+
+  Args:
+    cost: the run's ``Cost``.
+    calibration: measured on this run or another (its FLOP/s is applied).
+    rounds_left: rounds still to run (default: all; the work scales with them).
+    compile_s: the run's compilation (default: the calibration's; 0 when cached).
+  """
+  rounds_left = cost.num_rounds if rounds_left is None else rounds_left
+  flops = cost.total_flops * rounds_left / max(cost.num_rounds, 1)
+  compile_s = calibration.compile_s if compile_s is None else compile_s
+  return compile_s + flops / max(calibration.flops_per_s, 1e-9)
+
+
+def format_flops(flops: float) -> str:
+  """``'3.2 PFLOP'``, ``'41.0 TFLOP'``, ``'512.0 GFLOP'``..."""
+  for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+    if flops >= scale:
+      return f"{flops / scale:.1f} {unit}"
+  return f"{flops:.0f} FLOP"
+
+
+def evaluation_cost(config) -> dict:
+  """Seconds per round with and without the per-round evaluations, and their share.
+
+  Calibrates (``calibrate``) the config three ways: both evaluations every round (the
+  papers' protocol: ``eval_every=1``, ``eval_sampled``), only the sampled clients'
+  (protocol (b), ``eval_every=num_rounds``), and none (protocol (a) at the last round
+  only, ``eval_sampled=False``). Each compiles its own program.
+
+  Returns:
+    ``{'both_s', 'sampled_only_s', 'none_s'}`` seconds per round, and
+    ``'share_both'`` / ``'share_sampled'``: the fraction of a round's time the
+    evaluations take (``1 - none_s / both_s``, ``1 - none_s / sampled_only_s``).
+  """
+  from fedjax_het import config as config_lib  # noqa: PLC0415
+  from fedjax_het.training import loop  # noqa: PLC0415 - loop imports this module
+  ways = {"both_s": {"eval_every": 1, "eval_sampled": True},
+          "sampled_only_s": {"eval_every": config.num_rounds, "eval_sampled": True},
+          "none_s": {"eval_every": config.num_rounds, "eval_sampled": False}}
+  out = {}
+  for name, overrides in ways.items():
+    c = config_lib.override(ml_collections.ConfigDict(config.to_dict()), overrides)
+    out[name] = calibrate(loop.prepare(c)).round_s
+  out["share_both"] = 1.0 - out["none_s"] / out["both_s"]
+  out["share_sampled"] = 1.0 - out["none_s"] / out["sampled_only_s"]
+  return out

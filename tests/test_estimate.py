@@ -1,0 +1,80 @@
+"""A run's FLOPs from XLA's cost analysis, the calibration, and the budget plan."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from fedjax_het.sweeps import budget, runner
+from fedjax_het.training import estimate, loop
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+import compare  # noqa: E402
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedmrl", "fedmoe"])
+def test_step_flops_agree_with_the_analytic_count(tiny_config, algorithm):
+  """XLA's count of one local step (lowered, loops counted once) against
+  ``compare.train_flops_per_example`` (layer sizes): within 3 %."""
+  exp = loop.prepare(tiny_config(algorithm, models="cnn1"), place=False)
+  train, predict = estimate.step_flops(exp)
+  analytic = compare.train_flops_per_example(algorithm, arch="cnn1")
+  assert train[0] == pytest.approx(analytic, rel=0.03)
+  assert 0 < predict[0] < train[0] / 2  # a prediction is a forward pass
+
+
+def test_run_cost_is_rounds_times_round_plus_evaluations(tiny_config):
+  c = tiny_config("standalone", overrides={"num_rounds": 5, "eval_every": 2,
+                                           "participation": 0.5, "local_epochs": 3})
+  exp = loop.prepare(c, place=False)
+  cost = estimate.run_cost(exp)
+  expected_round = 0.0
+  for g, index in enumerate(exp.data.groups):
+    share = exp.runtime.expected_sampled(g) / exp.runtime.layout.group_sizes[g]
+    expected_round += share * (index.num_train.sum() * 3 * cost.train_flops_per_example[g]
+                               + index.num_test.sum() * cost.predict_flops_per_example[g])
+  assert cost.round_flops == pytest.approx(expected_round)
+  assert cost.total_flops == pytest.approx(5 * cost.round_flops + 3 * cost.eval_flops)
+  cal = estimate.Calibration(compile_s=10.0, round_s=1.0, flops_per_s=cost.total_flops / 5)
+  assert estimate.estimate_seconds(cost, cal) == pytest.approx(15.0)
+  assert estimate.estimate_seconds(cost, cal, rounds_left=2, compile_s=0.0) == (
+      pytest.approx(2.0))
+
+
+def test_calibration_times_the_runs_own_dispatch(tiny_config):
+  exp = loop.prepare(tiny_config("fedmrl", overrides={"num_rounds": 4}))
+  cal = estimate.calibrate(exp)
+  assert cal.compile_s >= 0 and cal.round_s > 0 and math.isfinite(cal.flops_per_s)
+  assert estimate.format_flops(3.2e15) == "3.2 PFLOP"
+  assert estimate.format_flops(5.12e11) == "512.0 GFLOP"
+
+
+def _run(algorithm, seed):
+  return runner.Run(algorithm, "N=10", seed, None, f"/x/{algorithm}/{seed}")
+
+
+def test_plan_budget_by_hand():
+  runs = [_run("a", 0), _run("a", 1), _run("b", 0)]
+  costs = {"a|N=10": {"total_flops": 2e9}, "b|N=10": {"total_flops": 4e9}}
+  cal = estimate.Calibration(compile_s=1.0, round_s=0.5, flops_per_s=1e9)
+  lines = budget.plan_budget(runs, [[0, 1], [2]], costs, cal, budget_s=6.0)
+  assert [(l.positions, l.flops, l.seconds, l.cumulative, l.fits) for l in lines] == [
+      ((0, 1), 4e9, 5.0, 5.0, True), ((2,), 4e9, 5.0, 10.0, False)]
+  text = budget.format_plan(runs, lines, cal, 6.0)
+  assert text[0] == "calibration: compile 1s, 0.50 s per round, 0.001 TFLOP/s achieved"
+  assert text[1] == "  a | N=10 | seeds 0,1: 4.0 GFLOP, about 5s (total 5s)"
+  assert text[2].endswith("(total 10s)  (after the budget: next call)")
+  assert text[-1] == "plan: 2 of 3 runs fit (budget 6s); estimated 10s for all"
+
+
+def test_cell_costs_are_kept_for_the_next_call(tiny_config, tmp_path, monkeypatch):
+  runs = [runner.Run("standalone", "s", seed, tiny_config(overrides={"seed": seed}),
+                     str(tmp_path / str(seed))) for seed in (0, 1)]
+  first = budget.cell_costs(runs, [0, 1], str(tmp_path), log=lambda _: None)
+  assert list(first) == ["standalone|s"] and first["standalone|s"]["total_flops"] > 0
+  monkeypatch.setattr(estimate, "run_cost", lambda exp: pytest.fail("computed again"))
+  assert budget.cell_costs(runs, [1], str(tmp_path), log=lambda _: None) == first
+  with open(tmp_path / budget.COSTS_FILE) as f:
+    assert json.load(f) == first

@@ -1,0 +1,188 @@
+"""Seeds on a replica axis (``loop.run_seeds``), evaluation inside the dispatch, deadlines."""
+import json
+import os
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_het.data import federated
+from fedjax_het.sweeps import runner
+from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import loop
+
+
+def _rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def _assert_same_rows(a, b, tol=1e-5):
+  assert [r["round"] for r in a] == [r["round"] for r in b]
+  for ra, rb in zip(a, b):
+    assert set(ra) == set(rb)
+    for key in ra:
+      if key != "wall_s":
+        np.testing.assert_allclose(ra[key], rb[key], atol=tol, err_msg=key)
+
+
+@pytest.fixture
+def threefry():
+  """The default PRNG (the suite uses 'rbg'): a longer shape's draws start with a shorter
+  one's, which is what makes padded replica tables train like the originals."""
+  old = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "threefry2x32")
+  yield
+  jax.config.update("jax_default_prng_impl", old)
+
+
+def test_pad_examples_keeps_entries_and_masks():
+  index = federated.ClientIndex(
+      train_idx=np.array([[3, 4, 0]], np.int32), train_mask=np.array([[1, 1, 0]], bool),
+      test_idx=np.array([[5, 0]], np.int32), test_mask=np.array([[1, 0]], bool),
+      num_train=np.array([2], np.int32), num_test=np.array([1], np.int32))
+  padded = federated.pad_examples(index, 5, 4)
+  np.testing.assert_array_equal(padded.train_idx, [[3, 4, 0, 0, 0]])
+  np.testing.assert_array_equal(padded.train_mask, [[1, 1, 0, 0, 0]])
+  np.testing.assert_array_equal(padded.test_mask, [[1, 0, 0, 0]])
+  np.testing.assert_array_equal(padded.num_train, [2])
+  with pytest.raises(ValueError, match="cannot pad"):
+    federated.pad_examples(index, 2, 4)
+
+
+def test_stack_replicas_shares_an_identical_pool():
+  x, y = np.zeros((6, 2, 2, 1), np.uint8), np.arange(6) % 2
+  d0, _ = federated.build_federated_data(x, y, [np.arange(2), np.arange(2, 3)],
+                                         [[4], [5]], ["a", "a"], num_classes=2)
+  d1, _ = federated.build_federated_data(x, y, [np.arange(1), np.arange(1, 4)],
+                                         [[4], [5]], ["a", "a"], num_classes=2)
+  data, axes = federated.stack_replicas([d0, d1])
+  assert axes.x is None and data.x.shape == x.shape
+  assert data.groups[0].train_idx.shape == (2, 2, 3)  # [replicas, clients, widest]
+  np.testing.assert_array_equal(data.groups[0].train_idx[0], [[0, 1, 0], [2, 0, 0]])
+  np.testing.assert_array_equal(data.groups[0].num_train, [[2, 1], [1, 3]])
+  d2 = d1.replace(x=x + 1)
+  data, axes = federated.stack_replicas([d0, d2])
+  assert axes.x == 0 and data.x.shape == (2,) + x.shape
+
+
+def _config(tiny_config, seed, **overrides):
+  return tiny_config("fedmrl", overrides={
+      "seed": seed, "num_rounds": 3, "participation": 0.5, "momentum": 0.9,
+      "data.augment": "flip_crop_erase", "checkpoint_every": 2, **overrides})
+
+
+def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry):
+  seeds = (0, 1)
+  configs = [_config(tiny_config, s) for s in seeds]
+  widths = {tuple(g.train_idx.shape[1] for g in loop.prepare(c, place=False).data.groups)
+            for c in configs}
+  assert len(widths) > 1  # the seeds' tables have other widths: padding is exercised
+  separate = [loop.run(c, str(tmp_path / f"sep{s}"), log=lambda _: None)
+              for c, s in zip(configs, seeds)]
+  lines = []
+  batched = loop.run_seeds(configs, [str(tmp_path / f"bat{s}") for s in seeds],
+                           log=lines.append)
+  assert "seeds 0, 1 on a replica axis" in lines[0]
+  assert any(line.startswith("round 1/3 | mean test acc ") and "/" in line.split("|")[1]
+             for line in lines)
+  for s, a, b in zip(seeds, separate, batched):
+    _assert_same_rows(_rows(tmp_path / f"sep{s}"), _rows(tmp_path / f"bat{s}"))
+    np.testing.assert_allclose(a["per_client_test_acc"], b["per_client_test_acc"],
+                               atol=1e-6)
+    assert b["timing"]["replicas"] == 2 and b["config"]["seed"] == s
+    assert set(os.listdir(tmp_path / f"bat{s}")) == set(os.listdir(tmp_path / f"sep{s}"))
+
+
+def test_a_seed_of_a_batch_resumes_alone(tiny_config, tmp_path):
+  configs = [_config(tiny_config, s, num_rounds=2) for s in (0, 1)]
+  loop.run_seeds(configs, [str(tmp_path / "s0"), str(tmp_path / "s1")], log=lambda _: None)
+  longer = _config(tiny_config, 1, num_rounds=3)  # num_rounds may change on resume
+  lines = []
+  loop.run(longer, str(tmp_path / "s1"), log=lines.append)
+  assert lines[0].startswith(f"resumed from round 2 in {tmp_path / 's1'}")
+  assert [r["round"] for r in _rows(tmp_path / "s1")] == [1, 2, 3]
+
+
+def test_run_seeds_refuses_other_differences_and_unaligned_checkpoints(tiny_config,
+                                                                       tmp_path):
+  a, b = _config(tiny_config, 0), _config(tiny_config, 1, learning_rate=0.1)
+  with pytest.raises(ValueError, match=r"differ only in `seed`.*learning_rate"):
+    loop.run_seeds([a, b], [str(tmp_path / "a"), str(tmp_path / "b")])
+  with pytest.raises(ValueError, match="workdirs must differ"):
+    loop.run_seeds([a, a], [str(tmp_path / "a"), str(tmp_path / "a")])
+  one = _config(tiny_config, 1, num_rounds=1)
+  loop.run(one, str(tmp_path / "b"), log=lambda _: None)  # seed 1 is at round 1
+  with pytest.raises(loop.SeedsNotAligned, match=r"different rounds \(\[0, 1\]\)"):
+    loop.run_seeds([a, _config(tiny_config, 1)], [str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_evaluation_inside_the_dispatch_equals_the_host_evaluation(tiny_config, tmp_path):
+  config = tiny_config("fedmoe", overrides={"num_rounds": 3, "eval_every": 2})
+  summary = loop.run(config, str(tmp_path / "run"), log=lambda _: None)
+  assert [r["round"] for r in _rows(tmp_path / "run")] == [2, 3]
+  exp = loop.prepare(config)
+  _, _, evaluate, abstract = loop.compile_fns(exp)
+  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints"), max_to_keep=2,
+                               fingerprint=loop.fingerprint(exp))
+  state, _ = ckpt.restore_latest(abstract)
+  ckpt.close()
+  acc = loop.per_client_accuracy(exp, evaluate(state, exp.data))
+  np.testing.assert_allclose(summary["per_client_test_acc"], acc, atol=1e-7)
+  np.testing.assert_allclose(summary["final_mean_test_acc"], acc.mean(), atol=1e-6)
+
+
+def test_log_every_bounds_the_rounds_between_progress_lines(tiny_config, tmp_path):
+  config = tiny_config(overrides={"num_rounds": 4, "eval_every": 4, "log_every": 1,
+                                  "checkpoint_every": 0})
+  lines = []
+  loop.run(config, str(tmp_path / "run"), log=lines.append)
+  assert [line.split(" |")[0] for line in lines if line.startswith("round ")] == [
+      "round 1/4", "round 2/4", "round 3/4", "round 4/4"]
+
+
+def test_deadline_checkpoints_and_the_rerun_continues(tiny_config, tmp_path):
+  config = tiny_config("fedmrl", overrides={"num_rounds": 3, "checkpoint_every": 0})
+  full = loop.run(config, str(tmp_path / "full"), log=lambda _: None)
+  with pytest.raises(loop.DeadlineReached, match="after round 1 of 3") as err:
+    loop.run(config, str(tmp_path / "part"), log=lambda _: None, deadline=time.time())
+  assert err.value.round == 1
+  assert os.listdir(tmp_path / "part" / "checkpoints") == ["1"]
+  resumed = loop.run(config, str(tmp_path / "part"), log=lambda _: None)
+  _assert_same_rows(_rows(tmp_path / "full"), _rows(tmp_path / "part"), tol=0)
+  assert resumed["per_client_test_acc"] == full["per_client_test_acc"]
+
+
+def _fake_runs():
+  return [runner.Run(a, s, seed, None, f"/x/{a}/{s}/{seed}")
+          for s in ("N=10", "N=50") for seed in (0, 1, 2) for a in ("fd", "fedmrl")]
+
+
+def test_batches_group_a_cells_unfinished_seeds_in_order():
+  runs = _fake_runs()
+  done = [None] * len(runs)
+  done[0] = {"finished": True}  # fd N=10 seed 0
+  assert runner.batches(runs, done, 1)[:2] == [[1], [2]]
+  assert runner.batches(runs, done, 2) == [[1, 3], [2, 4], [5], [6, 8], [7, 9], [10],
+                                           [11]]
+  by_method_first = runner.batches(runs, done, 3,
+                                   order=lambda r: (r.algorithm != "fedmrl", r.seed))
+  assert by_method_first == [[1, 3, 5], [7, 9, 11], [6, 8, 10], [2, 4]]  # by first seed
+  assert runner.batch_prefix([1, 3, 5], 12, runs) == "[2-6/12] fedmrl | N=10 | seeds 0,1,2"
+
+
+def test_sweep_stops_at_its_deadline_and_continues(synthetic_npz, tmp_path):
+  import ml_collections
+  sweep = ml_collections.ConfigDict({
+      "algorithms": ["standalone"], "variant": "smoke",
+      "settings": {"N=4": {"num_clients": 4, "models": "tiny", "num_rounds": 2}},
+      "seeds": (0, 1),
+      "base_overrides": ml_collections.ConfigDict({"data.path": synthetic_npz},
+                                                  allow_dotted_keys=True)})
+  lines = []
+  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, deadline=time.time())
+  assert rows == [] and "the time budget is used up; 2 runs left" in lines[-1]
+  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, seed_batch=2)
+  assert [(r["seed"], r["status"]) for r in rows] == [(0, "done"), (1, "done")]
+  assert any("[1-2/2] standalone | N=4 | seeds 0,1 | start" in line for line in lines)
