@@ -19,5 +19,7 @@ def get_config():
   c.seeds = (0,)
   # both rows on CNN-5 clients; nested so that --sweep.base_overrides.data.path=... works
   c.base_overrides = ml_collections.ConfigDict({"models": "cnn5", "data": {"path": ""}})
-  c.algorithm_overrides = ml_collections.ConfigDict({}, allow_dotted_keys=True)
+  # a row's own keys: FedProx's proximal weight (experiments/sweep.py --dry_run lists runs)
+  c.algorithm_overrides = ml_collections.ConfigDict({"fedprox": {"algo.mu": 1.0}},
+                                                    allow_dotted_keys=True)
   return c

@@ -62,6 +62,14 @@ class Pool(NamedTuple):
     """(H, W, C) of one image."""
     return tuple(int(d) for d in self.x.shape[1:])
 
+  def summary(self) -> dict:
+    """What ``summary.json`` records of the data (``loop.Experiment.data_source``)."""
+    stats = self.normalization
+    return {"source": self.source, "fingerprint": self.fingerprint, "examples": len(self.y),
+            "image_shape": list(self.image_shape), "num_classes": self.num_classes,
+            "normalization": None if stats is None else {"mean": list(stats[0]),
+                                                         "std": list(stats[1])}}
+
   def tables(self, train, test) -> partition_file.ClientTables:
     """Client tables into this pool, with what an exported partition file records."""
     return partition_file.ClientTables(list(train), list(test), len(self.y),

@@ -105,7 +105,7 @@ def prepare(config: ml_collections.ConfigDict,
   rt = make_runtime(config, layout, mesh, pool.normalization)
   algorithm = (build or get_spec(config.algorithm).build)(config, rt)
   return Experiment(config, rt, algorithm, place_data(fed, mesh), counts, archs,
-                    data_summary(pool), pool.tables(train, test))
+                    pool.summary(), pool.tables(train, test))
 
 
 def check_models(config, archs, pool) -> None:
@@ -120,13 +120,6 @@ def check_models(config, archs, pool) -> None:
   models.check_architectures(tuple(archs) + tuple(extra), pool.image_shape,
                              pool.num_classes)
 
-
-def data_summary(pool) -> dict:
-  """What ``summary.json`` records of the data (``Experiment.data_source``)."""
-  mean, std = pool.normalization
-  return {"source": pool.source, "fingerprint": pool.fingerprint, "examples": len(pool.y),
-          "image_shape": list(pool.image_shape), "num_classes": pool.num_classes,
-          "normalization": {"mean": list(mean), "std": list(std)}}
 
 
 def state_shardings(abstract: State, mesh) -> State:
