@@ -280,6 +280,13 @@ def test_given_classes_and_statistics_are_used(gray28):
     loop.prepare(config_lib.override(c, {"data.mean": "0.25,0.5", "data.std": "1,1"}))
 
 
+def test_a_silo_lays_out_only_builtin_datasets_without_data(gray28):
+  from fedjax_het.deploy import federation
+  with pytest.raises(ValueError, match=r"with_data=False\) lays out only the built-in "
+                                       r"datasets \['cifar10', 'cifar100'\]; 'gray28' needs"):
+    federation.prepare_federation(fedprox_config(gray28), with_data=False)
+
+
 def test_channel_statistics_by_hand():
   x = np.array([[[[0, 255]]], [[[255, 255]]]], np.uint8)  # 2 images of 1x1x2
   assert sources.channel_stats(x) == ((0.5, 1.0), (0.5, 0.0))
