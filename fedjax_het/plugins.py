@@ -3,15 +3,15 @@
 A config names an algorithm (``config.algorithm``), a client architecture or an
 assignment of architectures to clients (``config.models``, the ``algo`` keys that take
 an architecture) that lives in the user's own module by such a reference, e.g.
-``--config.algorithm=examples.fedprox:SPEC``. The config then describes the whole run:
+``--config.algorithm=my_project.my_algo:SPEC``. The config then describes the whole run:
 a resumed run, every run of a sweep and every process of a Flower deployment import
 the same object again from the same reference (docs/extending.md).
 
 Where modules are found: as Python finds any import (``sys.path``: ``PYTHONPATH``, the
 installed packages), plus the current working directory, which ``resolve`` appends to
 ``sys.path`` when it is missing (``python experiments/main.py`` puts ``experiments/``
-first, not the current directory); so ``examples.fedprox:SPEC`` resolves when the
-command runs from the repository root. The package itself never names a user's module.
+first, not the current directory); so ``my_project.my_algo:SPEC`` resolves when the
+command runs from the directory holding ``my_project/``. The package itself never names a user's module.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 def is_reference(value: Any) -> bool:
   """Whether ``value`` has the form ``'package.module:attribute'``.
 
-  >>> is_reference('examples.fedprox:SPEC'), is_reference('fedavg')
+  >>> is_reference("my_project.my_algo:SPEC"), is_reference("fedavg")
   (True, False)
   """
   return isinstance(value, str) and bool(REFERENCE.match(value))
