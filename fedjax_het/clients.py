@@ -33,7 +33,7 @@ class Batch(NamedTuple):
   """A minibatch of one client.
 
   Attributes:
-    x: float32 [B, 32, 32, 3] normalized images.
+    x: float32 [B, H, W, C] normalized images.
     y: int32 [B] labels.
     mask: bool [B], False on padding.
   """
@@ -178,9 +178,13 @@ def select_tree(pred: jax.Array, new: PyTree, old: PyTree) -> PyTree:
 
 
 def make_batch(x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
-               *, dtype=jnp.float32) -> Batch:
-  """Gathers and normalizes the examples ``idx`` of the pooled data."""
-  return Batch(normalize(x_pool[idx]).astype(dtype), y_pool[idx], mask)
+               *, dtype=jnp.float32, normalization=None) -> Batch:
+  """Gathers and normalizes the examples ``idx`` of the pooled data.
+
+  ``normalization``: the dataset's ``(mean [C], std [C])`` (``preprocess.normalize``;
+  None: CIFAR's).
+  """
+  return Batch(normalize(x_pool[idx], normalization).astype(dtype), y_pool[idx], mask)
 
 
 def epoch_batches(key: jax.Array, idx: jax.Array, mask: jax.Array, batch_size: int,
@@ -219,7 +223,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                 x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
                 key: jax.Array, *, epochs: int, batch_size: int,
                 dtype=jnp.float32, augment: str = "none",
-                drop_last: bool = False) -> LocalResult:
+                drop_last: bool = False, normalization=None) -> LocalResult:
   """Minibatch SGD of one client: ``lax.scan`` over epochs and steps.
 
   Args:
@@ -227,7 +231,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     optimizer: optax transform (SGD in the papers).
     params, model_state, opt_state: the client's trainable params, non-trained
       variables (or None) and optimizer state.
-    x_pool, y_pool: pooled images uint8 [P, 32, 32, 3] and labels int32 [P].
+    x_pool, y_pool: pooled images uint8 [P, H, W, C] and labels int32 [P].
     idx, mask: the client's example indices int32 [n_max] and mask bool [n_max];
       ``n_max`` is a multiple of ``batch_size``.
     key: PRNG key of this client and round.
@@ -236,6 +240,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     augment: augmentation set of the training batches (``data.augment``), keyed by
       ``fold_in(step key, 1)``; the loss still gets the step key itself.
     drop_last: skip each epoch's partial last batch (``epoch_batches``).
+    normalization: the dataset's ``(mean, std)`` (``make_batch``; None: CIFAR's).
 
   Returns:
     ``LocalResult``; a step whose batch is all padding leaves everything unchanged.
@@ -245,7 +250,7 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
   def step(carry, inputs):
     params, model_state, opt_state = carry
     bidx, bmask, skey = inputs
-    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype, normalization=normalization)
     batch = batch._replace(x=augment_batch(jax.random.fold_in(skey, 1), batch.x, augment))
     (loss, new_model_state), grads = grad_fn(params, model_state, batch, skey)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
@@ -268,12 +273,14 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
 
 def evaluate_client(predict_fn: Callable[[jax.Array], jax.Array],
                     x_pool: jax.Array, y_pool: jax.Array, idx: jax.Array, mask: jax.Array,
-                    *, batch_size: int, dtype=jnp.float32) -> tuple[jax.Array, jax.Array]:
+                    *, batch_size: int, dtype=jnp.float32,
+                    normalization=None) -> tuple[jax.Array, jax.Array]:
   """Counts correct predictions of one client on its examples ``idx``.
 
   Args:
     predict_fn: normalized images [B, ...] -> logits [B, C].
     idx, mask: int32 / bool [n_max], ``n_max`` a multiple of ``batch_size``.
+    normalization: the dataset's ``(mean, std)`` (``make_batch``; None: CIFAR's).
 
   Returns:
     (correct, total) as float32 scalars.
@@ -282,7 +289,7 @@ def evaluate_client(predict_fn: Callable[[jax.Array], jax.Array],
 
   def chunk(args):
     bidx, bmask = args
-    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype, normalization=normalization)
     pred = jnp.argmax(predict_fn(batch.x), axis=-1)
     return jnp.sum((pred == batch.y) & bmask)
 

@@ -2,21 +2,26 @@
 
 Experiment files (``experiments/<algorithm>.py``) start from ``base_config()`` and set a
 few fields. ``validate`` runs before any data is read or anything is compiled and names
-the offending key with its valid choices.
+the offending key with its valid choices. ``algorithm``, ``models`` and the
+architecture-valued ``algo`` keys may reference research code outside the package
+(``'package.module:attribute'``, ``fedjax_het.plugins``); ``validate`` imports it.
 """
 from __future__ import annotations
 
 import ml_collections
 
-from fedjax_het.algorithms import SPECS
+from fedjax_het.algorithms import get_spec
 from fedjax_het.clients import PARALLELISM
 from fedjax_het.data.augment import AUGMENTATIONS
 from fedjax_het.data.partition import PARTITIONS, SHARES
+from fedjax_het.data.partition_file import FORMATS as PARTITION_FORMATS
 from fedjax_het.data.pool import POOLS
-from fedjax_het.data.sources import DATASETS
-from fedjax_het.models.registry import ARCHITECTURES, client_archs
+from fedjax_het.data.sources import DATASETS, check_name, parse_floats
+from fedjax_het.models.registry import REFERENCE_HINT, ArchitectureChoices, client_archs
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# partition.kind: the random partitions, or client tables read from partition.path
+PARTITION_KINDS = PARTITIONS + ("file",)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -25,7 +30,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm = "standalone"
   c.data = ml_collections.ConfigDict(dict(
       name="cifar10", path="", subsample=0, subsample_per_class=0, public=0, pool="pooled",
-      validation=0, augment="none"))
+      validation=0, augment="none", num_classes=0, mean="", std=""))
   c.num_clients = 10
   c.participation = 1.0
   c.num_rounds = 100
@@ -39,7 +44,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.reset_downloaded_momentum = True
   c.partition = ml_collections.ConfigDict(dict(
       kind="pathological", classes_per_client=0, shares="uniform", alpha=1.0,
-      test_fraction=0.2))
+      test_fraction=0.2, path=""))
   c.models = "heterogeneous"
   c.seed = 0
   c.eval_every = 10
@@ -116,7 +121,8 @@ def _fail(key: str, value, expected: str):
 
 def _check_choice(key, value, choices):
   if value not in choices:
-    _fail(key, value, f"valid choices are {list(choices)}")
+    hint = f" {REFERENCE_HINT}" if isinstance(choices, ArchitectureChoices) else ""
+    _fail(key, value, f"valid choices are {list(choices)}{hint}")
 
 
 def _check_range(key, value, lo=None, hi=None, *, lo_open=False, integer=False):
@@ -146,10 +152,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad key (and its valid values)."""
   base = base_config()
   _check_keys("", c.keys(), base.keys())
-  _check_choice("algorithm", c.algorithm, SPECS)
-  spec = SPECS[c.algorithm]
+  spec = get_spec(c.algorithm)
   _check_keys("data.", c.data.keys(), base.data.keys())
-  _check_choice("data.name", c.data.name, DATASETS)
+  _check_data(c.data)
   _check_range("data.subsample", c.data.subsample, 0, integer=True)
   _check_range("data.subsample_per_class", c.data.subsample_per_class, 0, integer=True)
   if c.data.subsample and c.data.subsample_per_class:
@@ -175,18 +180,25 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_range("grad_clip", c.grad_clip, 0)
   _check_bool("reset_downloaded_momentum", c.reset_downloaded_momentum)
   _check_keys("partition.", c.partition.keys(), base.partition.keys())
-  _check_choice("partition.kind", c.partition.kind, PARTITIONS)
-  num_classes = DATASETS[c.data.name]
+  _check_choice("partition.kind", c.partition.kind, PARTITION_KINDS)
+  if c.partition.kind == "file":
+    if not str(c.partition.path).endswith(PARTITION_FORMATS):
+      _fail("partition.path", c.partition.path, "partition.kind='file' reads client "
+            f"tables from a file ending in {list(PARTITION_FORMATS)}")
+  elif c.partition.path:
+    _fail("partition.path", c.partition.path, "a partition file is read only with "
+          "partition.kind='file' (set partition.path='')")
+  num_classes = DATASETS.get(c.data.name) or c.data.num_classes or None
   if c.partition.kind == "pathological":
     _check_range("partition.classes_per_client", c.partition.classes_per_client, 0,
                  num_classes, integer=True)
   _check_choice("partition.shares", c.partition.shares, SHARES)
   _check_range("partition.alpha", c.partition.alpha, 0, lo_open=True)
   _check_range("partition.test_fraction", c.partition.test_fraction, 0, 1, lo_open=True)
-  client_archs(c.models, 1)  # raises, naming `models` and the valid values
-  if spec.homogeneous_only and len(set(client_archs(c.models, c.num_clients))) > 1:
+  archs = client_archs(c.models, c.num_clients)  # raises, naming `models` and the values
+  if spec.homogeneous_only and len(set(archs)) > 1:
     _fail("models", c.models, f"algorithm {c.algorithm!r} needs model-homogeneous clients; "
-          f"choose one of {list(ARCHITECTURES)}")
+          f"choose one of {list(ArchitectureChoices())} {REFERENCE_HINT}")
   _check_range("seed", c.seed, 0, integer=True)
   _check_range("eval_every", c.eval_every, 1, integer=True)
   _check_bool("eval_sampled", c.eval_sampled)
@@ -207,10 +219,38 @@ def validate(c: ml_collections.ConfigDict) -> None:
     spec.check(c)
 
 
+def _check_data(d: ml_collections.ConfigDict) -> None:
+  """The ``data`` keys that describe the dataset: name, classes, statistics."""
+  try:
+    check_name(d.name)
+  except ValueError as err:
+    raise ValueError(str(err)) from None
+  _check_range("data.num_classes", d.num_classes, 0, integer=True)
+  if d.name in DATASETS and d.num_classes not in (0, DATASETS[d.name]):
+    _fail("data.num_classes", d.num_classes, f"{d.name} has {DATASETS[d.name]} classes "
+          "(0: the dataset's own)")
+  if d.num_classes == 1:
+    _fail("data.num_classes", d.num_classes, "a classifier needs >= 2 classes (0: infer)")
+  stats = {}
+  for key in ("mean", "std"):
+    try:
+      stats[key] = parse_floats(d[key]) if isinstance(d[key], str) else None
+    except ValueError:
+      stats[key] = None
+    if stats[key] is None:
+      _fail(f"data.{key}", d[key], "a comma-separated list of numbers, one per image "
+            "channel (empty: computed from the training split)")
+  if len(stats["mean"]) != len(stats["std"]):
+    _fail("data.std", d.std, f"give data.mean ({d.mean!r}) and data.std with one value "
+          "per channel each, or neither")
+  if any(s <= 0 for s in stats["std"]):
+    _fail("data.std", d.std, "every value must be > 0")
+
+
 def with_algo_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A copy of ``c`` whose ``algo`` holds every hyper-parameter of its algorithm."""
   c = ml_collections.ConfigDict(c.to_dict())
-  for key, value in SPECS[c.algorithm].hparams.items():
+  for key, value in get_spec(c.algorithm).hparams.items():
     if key not in c.algo:
       c.algo[key] = value
   return c

@@ -37,8 +37,8 @@ def test_main_prints_one_error_line_and_exits_2(tmp_path):
   assert out.returncode == 2
   assert out.stderr.strip().splitlines() == [
       "error: unknown config key 'data.dataset'; valid keys of 'data' are ['augment', "
-      "'name', 'path', 'pool', 'public', 'subsample', 'subsample_per_class', "
-      "'validation']"]
+      "'mean', 'name', 'num_classes', 'path', 'pool', 'public', 'std', 'subsample', "
+      "'subsample_per_class', 'validation']"]
   assert out.stdout == ""
   bad = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "main.py"),
                         f"--config={FEDMRL}:smoke", f"--workdir={tmp_path}",
@@ -47,4 +47,4 @@ def test_main_prints_one_error_line_and_exits_2(tmp_path):
   assert bad.returncode == 2
   assert bad.stderr.strip().splitlines() == [
       "error: config.partition.kind='foo' is invalid: valid choices are ['iid', "
-      "'pathological', 'dirichlet']"]
+      "'pathological', 'dirichlet', 'file']"]

@@ -20,7 +20,7 @@ def test_base_config_is_valid():
     ("participation", 1.5, r"participation.*<= 1"),
     ("partition.classes_per_client", 11, r"classes_per_client.*<= 10"),
     ("partition.kind", "shards", r"partition.kind.*iid"),
-    ("data.name", "mnist", r"data.name.*cifar10"),
+    ("data.name", "my data/x", r"data.name.*cifar10"),  # any other name: data.path
     ("num_clients", 0, r"num_clients.*>= 1"),
     ("num_rounds", 0, r"num_rounds.*>= 1"),
     ("learning_rate", -1.0, r"learning_rate"),

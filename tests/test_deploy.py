@@ -138,6 +138,17 @@ def test_client_rolls_back_state_ahead_of_the_server(small_fed, tmp_path):
   restarted.close()
 
 
+def test_a_client_state_of_one_array_checkpoints(small_fed, tmp_path):
+  fed = small_fed("fedavg")  # a FedAvg client keeps only its round counter (a scalar)
+  node = fed_lib.ClientNode(fed, 1, fed.client_data(1), str(tmp_path))
+  node.fit(1, fed_lib.encode(jax.jit(fed.protocol.init_server)(jax.random.PRNGKey(0))),
+           jax.random.PRNGKey(5))
+  node.close()
+  restarted = fed_lib.ClientNode(fed, 1, fed.client_data(1), str(tmp_path))
+  assert restarted.state_round == 1 and int(restarted.state) == 1
+  restarted.close()
+
+
 class FakeProxy:
   """A connection to an in-process ClientNode, as Flower's ClientProxy is used."""
 

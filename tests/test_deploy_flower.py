@@ -48,19 +48,23 @@ def free_port() -> int:
 
 
 class Federation:
-  """A server and its client processes; ``kill()`` ends every one of them."""
+  """A server and its client processes; ``kill()`` ends every one of them.
 
-  def __init__(self, root, *, port, server_flags=(), client_flags=None):
+  ``config``: the ``--config`` flags of every process; ``env``: extra environment.
+  """
+
+  def __init__(self, root, *, port, server_flags=(), client_flags=None, config=CONFIG,
+               num_clients=NUM_CLIENTS, env=None):
     self.root, self.procs = str(root), []
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-               FEDJAX_HET_DATA=os.path.abspath(DATA))
+               FEDJAX_HET_DATA=os.path.abspath(DATA), **(env or {}))
     env.pop("JAX_DEFAULT_PRNG_IMPL", None)  # JAX's default keys, as users run
     address = f"--address=127.0.0.1:{port}"
-    self._start("server", [f"{ROOT}/experiments/flower_server.py", *CONFIG, address,
+    self._start("server", [f"{ROOT}/experiments/flower_server.py", *config, address,
                            f"--workdir={self.root}/server", *server_flags], env)
-    for k in range(NUM_CLIENTS):
+    for k in range(num_clients):
       extra = (client_flags or {}).get(k, [])
-      self._start(f"client{k}", [f"{ROOT}/experiments/flower_client.py", *CONFIG, address,
+      self._start(f"client{k}", [f"{ROOT}/experiments/flower_client.py", *config, address,
                                  f"--client_id={k}", f"--workdir={self.root}/client{k}",
                                  *extra], env)
 

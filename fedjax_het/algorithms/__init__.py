@@ -4,8 +4,15 @@ Every module defines a factory (``fedmrl.fedmrl(rt, ...) -> Algorithm``) and a `
 saying how the experiment runner builds it from a config; ``SPECS`` maps the config's
 ``algorithm`` name to it. Research code can call the factories directly. The names below
 are the modules (``algorithms.fedmrl.fedmrl`` is the factory).
+
+An algorithm of the user's own (docs/extending.md) is named in the config by a
+reference to its ``Spec``, ``config.algorithm = 'my_project.my_algo:SPEC'``
+(``get_spec`` imports it; the config then describes the run in every process), or
+registered under a plain name in this process with ``register_algorithm``.
 """
 from __future__ import annotations
+
+from fedjax_het import plugins
 
 from fedjax_het.algorithms import fedapen
 from fedjax_het.algorithms import fedavg
@@ -34,6 +41,63 @@ SPECS: dict[str, Spec] = {
     "fedapen": fedapen.SPEC,
 }
 
-__all__ = ["Algorithm", "ClientState", "Protocol", "Runtime", "SPECS", "Spec", "State", "fd",
-           "fedapen", "fedavg", "fedkd", "fedmoe", "fedmrl", "fedproto", "fml", "lg_fedavg",
-           "moss", "standalone"]
+# Algorithms registered by research code in this process (``register_algorithm``).
+REGISTERED: dict[str, Spec] = {}
+
+
+def register_algorithm(name: str, spec: Spec) -> None:
+  """Makes ``spec`` runnable as ``config.algorithm = name`` in this process.
+
+  For research code that composes in Python (a notebook, its own sweep driver). A
+  registration lives in the process that made it: runs started by a command line
+  (``experiments/main.py``, the sweep command, Flower's processes) cannot see it, so
+  there name the spec by a reference (``config.algorithm = 'my_project.my_algo:SPEC'``).
+  Registering a name again replaces the earlier spec; built-in names cannot be replaced.
+
+  Raises:
+    ValueError: ``name`` is a built-in algorithm, is not an identifier, or ``spec`` is
+      not a ``Spec``.
+  """
+  if not isinstance(name, str) or not name.isidentifier():
+    raise ValueError(f"register_algorithm: name {name!r} must be a Python identifier")
+  if name in SPECS:
+    raise ValueError(f"register_algorithm: {name!r} is a built-in algorithm; choose "
+                     f"another name (built-ins: {sorted(SPECS)})")
+  if not isinstance(spec, Spec):
+    raise ValueError(f"register_algorithm({name!r}, ...): expected a "
+                     f"fedjax_het.algorithms.Spec, got {type(spec).__name__}")
+  REGISTERED[name] = spec
+
+
+def algorithm_names() -> list[str]:
+  """The plain names ``config.algorithm`` accepts: built-ins, then registered ones."""
+  return list(SPECS) + [n for n in REGISTERED if n not in SPECS]
+
+
+def get_spec(name: str) -> Spec:
+  """The ``Spec`` of ``config.algorithm``: a built-in or registered name, or a reference.
+
+  Raises:
+    ValueError: naming ``config.algorithm`` and the valid names, or what is wrong with
+      the reference (module not importable, no such attribute, not a ``Spec``).
+  """
+  if isinstance(name, str) and name in SPECS:
+    return SPECS[name]
+  if isinstance(name, str) and name in REGISTERED:
+    return REGISTERED[name]
+  if plugins.is_reference(name):
+    spec = plugins.resolve(name, "algorithm")
+    if not isinstance(spec, Spec):
+      raise ValueError(f"config.algorithm={name!r} names a {type(spec).__name__}; "
+                       "expected a fedjax_het.algorithms.Spec (the SPEC of an algorithm "
+                       "module)")
+    return spec
+  raise ValueError(f"config.algorithm={name!r} is invalid: valid choices are "
+                   f"{algorithm_names()}, or a 'package.module:SPEC' reference to the "
+                   "Spec of an algorithm of your own")
+
+
+__all__ = ["Algorithm", "ClientState", "Protocol", "REGISTERED", "Runtime", "SPECS", "Spec",
+           "State", "algorithm_names", "fd", "fedapen", "fedavg", "fedkd", "fedmoe",
+           "fedmrl", "fedproto", "fml", "get_spec", "lg_fedavg", "moss",
+           "register_algorithm", "standalone"]

@@ -78,7 +78,7 @@ class Protocol(NamedTuple):
     downlink: ``(server, group) -> payload``: what the server sends a client of ``group``
       before it trains or evaluates (FedMRL: theta; FD: the global logit table).
     client_update: ``(group, client, payload, data, idx, mask, key) -> (client, upload,
-      aux)``: one client's local round. ``data`` has ``.x`` uint8 [P, 32, 32, 3] and
+      aux)``: one client's local round. ``data`` has ``.x`` uint8 [P, H, W, C] and
       ``.y`` int32 [P] (the pooled data in the simulator, the client's own examples in a
       deployment); ``idx``/``mask`` int32/bool [n_max] its train table; ``upload`` is
       everything the client sends; ``aux`` a dict of scalars that stay on the client
@@ -165,6 +165,8 @@ class Runtime:
       at download (``download``).
     eval_sampled: evaluate the round's sampled clients right after local training
       (``eval_sampled``; the round metric ``sampled_test_acc``).
+    normalization: the dataset's per-channel ``(mean, std)`` of pixels in [0, 1]
+      (``preprocess.normalize``; None: CIFAR's), a static tuple of tuples.
   """
   layout: Layout
   participation: float = 1.0
@@ -178,11 +180,25 @@ class Runtime:
   drop_last: bool = False
   reset_downloaded_momentum: bool = True
   eval_sampled: bool = False
+  normalization: tuple | None = None
 
   def train_options(self) -> dict:
     """The keyword arguments of ``clients.local_train`` this runtime fixes."""
     return dict(epochs=self.local_epochs, batch_size=self.batch_size,
-                dtype=self.compute_dtype, augment=self.augment, drop_last=self.drop_last)
+                dtype=self.compute_dtype, augment=self.augment, drop_last=self.drop_last,
+                normalization=self.normalization)
+
+  def batch_options(self) -> dict:
+    """The keyword arguments of ``clients.make_batch`` this runtime fixes."""
+    return dict(dtype=self.compute_dtype, normalization=self.normalization)
+
+  def eval_options(self) -> dict:
+    """The keyword arguments of ``clients.evaluate_client`` this runtime fixes."""
+    return dict(batch_size=self.batch_size, **self.batch_options())
+
+  def dummy_input(self, batch: int = 1) -> jax.Array:
+    """Zero images float32 [batch, H, W, C] of the data's shape, for ``Module.init``."""
+    return jnp.zeros((batch,) + tuple(self.layout.image_shape), jnp.float32)
 
   def slots(self, group: int) -> tuple[int, int]:
     """(most clients a round draws, slots after padding to the shard count) of a group.
@@ -298,7 +314,7 @@ def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
       own = (proto.trained_payload(payload, outputs[0]) if proto.trained_payload
              else payload)
       return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
-                                batch_size=rt.batch_size, dtype=rt.compute_dtype)
+                                **rt.eval_options())
     results.append(train_group(rt, g, state.clients[g], data, sample_key, train_key,
                                client_fn, eval_fn if rt.eval_sampled else None))
   return results
@@ -343,7 +359,7 @@ def evaluate_groups(rt: Runtime, state: State, data: FederatedData,
   for g, index in enumerate(data.groups):
     def one(client, idx, mask, g=g):
       return cl.evaluate_client(predict(g, client, state.server), data.x, data.y, idx, mask,
-                                batch_size=rt.batch_size, dtype=rt.compute_dtype)
+                                **rt.eval_options())
     out.append(rt.map(one, state.clients[g], index.test_idx, index.test_mask))
   return tuple(out)
 

@@ -102,8 +102,7 @@ def distill_loss(logits, labels, mask, table, kind: str = "ce"):
 def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
   """What an FD client sends: its per-class average logits and class counts."""
   return class_stats(lambda x: net.apply({"params": params}, x)[0], data.x, data.y, idx,
-                     mask, num_classes=rt.layout.num_classes, batch_size=rt.batch_size,
-                     dtype=rt.compute_dtype)
+                     mask, num_classes=rt.layout.num_classes, **rt.eval_options())
 
 
 SPEC = base.Spec(lambda c, rt: fd(rt, **base.sgd_args(c), **c.algo),

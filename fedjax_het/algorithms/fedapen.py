@@ -165,7 +165,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def holdout_logits(net, params, data, idx, mask):
     def chunk(args):
-      batch = cl.make_batch(data.x, data.y, *args, dtype=rt.compute_dtype)
+      batch = cl.make_batch(data.x, data.y, *args, **rt.batch_options())
       (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
       return logits_l.astype(jnp.float32), logits_g.astype(jnp.float32), batch.y
     chunks = (idx.reshape(-1, rt.batch_size), mask.reshape(-1, rt.batch_size))
@@ -208,4 +208,4 @@ SPEC = base.Spec(
     lambda c, rt: fedapen(rt, **base.sgd_args(c), **c.algo),
     dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, holdout_fraction=0.1,
          lambda_steps=1, lambda_learning_rate=1e-3),
-    choices=dict(small_arch=tuple(models.ARCHITECTURES)))
+    choices=dict(small_arch=models.ArchitectureChoices()))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.standalone import classifier_loss, dummy_input, init_models
+from fedjax_het.algorithms.standalone import classifier_loss, init_models
 
 
 def check_homogeneous(layout, algorithm: str) -> None:
@@ -46,7 +46,7 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
-    return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20), rt.dummy_input())["params"]
 
   def server_aggregate(w, uploads, weights, train_key, server_data):
     del w, train_key, server_data

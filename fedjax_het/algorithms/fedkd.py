@@ -238,4 +238,4 @@ SPEC = base.Spec(
     lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
     dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, svd_energy_start=0.95,
          svd_energy_end=0.98),
-    choices=dict(small_arch=tuple(models.ARCHITECTURES)))
+    choices=dict(small_arch=models.ArchitectureChoices()))

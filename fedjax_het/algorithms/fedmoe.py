@@ -33,6 +33,7 @@ from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.fedmrl import aggregate
 from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.data.sources import IMAGE_SHAPE
 
 LOCAL_REP_DIM = 500
 
@@ -41,17 +42,18 @@ class FedMoENets:
   """The networks of a client of one architecture: global expert, local model, gate."""
 
   def __init__(self, arch: str, *, global_arch: str, gating_hidden: int, num_classes: int,
-               dtype):
+               dtype, image_shape: tuple[int, ...] = IMAGE_SHAPE):
     self.expert = models.get_extractor(global_arch, rep_dim=LOCAL_REP_DIM, dtype=dtype)
     self.local = models.get_model(arch, num_classes=num_classes, rep_dim=LOCAL_REP_DIM,
                                   dtype=dtype)
     self.gate = models.GatingNetwork(hidden=gating_hidden)
+    self.image_shape = image_shape
 
   def init(self, key):
     """(params, model_state) of one client."""
     k1, k2, k3 = jax.random.split(key, 3)
-    x = dummy_input()
-    gate_vars = self.gate.init(k3, jnp.zeros((2, 32, 32, 3)), train=False)
+    x = dummy_input(self.image_shape)
+    gate_vars = self.gate.init(k3, jnp.zeros((2,) + tuple(self.image_shape)), train=False)
     params = {"global_ex": self.expert.init(k1, x)["params"],
               "local": self.local.init(k2, x)["params"],
               "gate": gate_vars["params"]}
@@ -118,7 +120,8 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   if gating_hidden < 1:
     raise ValueError(f"algo.gating_hidden={gating_hidden} must be >= 1")
   nets = [FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
-                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
+                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype,
+                     image_shape=rt.layout.image_shape)
           for arch in rt.layout.archs]
   opt = optimizer(learning_rate, gating_learning_rate, momentum, weight_decay, grad_clip)
 
@@ -175,11 +178,12 @@ def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidde
   out = []
   for g, arch in enumerate(rt.layout.archs):
     net = FedMoENets(arch, global_arch=global_arch, gating_hidden=gating_hidden,
-                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
+                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype,
+                     image_shape=rt.layout.image_shape)
     index = data.groups[g]
 
     def one(client, idx, net=net):
-      x = cl.make_batch(data.x, data.y, idx, idx >= 0, dtype=rt.compute_dtype).x
+      x = cl.make_batch(data.x, data.y, idx, idx >= 0, **rt.batch_options()).x
       return net.gate_weights(client.params, client.model_state, x, train=False)[0]
 
     weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(state.clients[g], index.test_idx)
@@ -195,4 +199,4 @@ def uplink(params):
 SPEC = base.Spec(
     lambda c, rt: fedmoe(rt, **base.sgd_args(c), **c.algo),
     dict(gating_learning_rate=0.01, gating_hidden=64, global_arch="cnn5"),
-    choices=dict(global_arch=tuple(models.ARCHITECTURES)))
+    choices=dict(global_arch=models.ArchitectureChoices()))

@@ -47,6 +47,7 @@ from fedjax_het.algorithms import base
 from fedjax_het.models.cnn import torch_bias_init, torch_kernel_init
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.data.sources import IMAGE_SHAPE
 
 INFERENCE = ("mix-large", "mix-small", "single-large", "single-small")
 AGGREGATION = ("paper", "last_client")
@@ -63,18 +64,18 @@ class FedMRLNets:
   """
 
   def __init__(self, arch: str, *, small_arch: str, d1: int, num_classes: int,
-               use_mrl: bool, dtype):
+               use_mrl: bool, dtype, image_shape: tuple[int, ...] = IMAGE_SHAPE):
     self.small = models.get_model(small_arch, num_classes=num_classes, rep_dim=d1, dtype=dtype)
     self.large = models.get_model(arch, num_classes=num_classes, rep_dim=LOCAL_REP_DIM,
                                   dtype=dtype)
-    self.d1, self.use_mrl = d1, use_mrl
+    self.d1, self.use_mrl, self.image_shape = d1, use_mrl, image_shape
     width = LOCAL_REP_DIM if use_mrl else d1 + LOCAL_REP_DIM
     self.proj = nn.Dense(width, dtype=dtype, kernel_init=torch_kernel_init,
                          bias_init=torch_bias_init(d1 + LOCAL_REP_DIM))
 
   def init(self, key):
     k1, k2, k3 = jax.random.split(key, 3)
-    x = dummy_input()
+    x = dummy_input(self.image_shape)
     return {"global": self.small.init(k1, x)["params"],
             "local": self.large.init(k2, x)["params"],
             "proj": self.proj.init(k3, jnp.zeros((1, self.d1 + LOCAL_REP_DIM)))["params"]}
@@ -131,7 +132,8 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   if not 1 <= d1 <= LOCAL_REP_DIM:
     raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
-                     use_mrl=use_mrl, dtype=rt.compute_dtype) for arch in rt.layout.archs]
+                     use_mrl=use_mrl, dtype=rt.compute_dtype,
+                     image_shape=rt.layout.image_shape) for arch in rt.layout.archs]
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
@@ -202,5 +204,5 @@ SPEC = base.Spec(
     lambda c, rt: fedmrl(rt, **base.sgd_args(c), **c.algo),
     dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large",
          aggregation="paper"),
-    choices=dict(inference=INFERENCE, small_arch=tuple(models.ARCHITECTURES),
+    choices=dict(inference=INFERENCE, small_arch=models.ArchitectureChoices(),
                  aggregation=AGGREGATION))

@@ -56,13 +56,14 @@ def empty_table(num_classes: int, width: int) -> dict:
 
 
 def class_stats(feature_fn, x_pool, y_pool, idx, mask, *, num_classes: int,
-                batch_size: int, dtype=jnp.float32) -> dict:
+                batch_size: int, dtype=jnp.float32, normalization=None) -> dict:
   """Per-class means of ``feature_fn`` over one client's examples (one pass, no grad).
 
   Args:
     feature_fn: normalized images [B, ...] -> features [B, D].
     x_pool, y_pool: pooled images and labels.
     idx, mask: int32 / bool [n_max], ``n_max`` a multiple of ``batch_size``.
+    dtype, normalization: as ``clients.make_batch``.
 
   Returns:
     {'means': float32 [C, D] (zeros for classes the client does not hold),
@@ -72,7 +73,8 @@ def class_stats(feature_fn, x_pool, y_pool, idx, mask, *, num_classes: int,
 
   def chunk(args):
     bidx, bmask = args
-    batch = cl.make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype)
+    batch = cl.make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype,
+                          normalization=normalization)
     feats = jax.lax.stop_gradient(feature_fn(batch.x)).astype(jnp.float32)
     onehot = jax.nn.one_hot(batch.y, num_classes) * bmask[:, None]
     return onehot.T @ feats, jnp.sum(onehot, axis=0)
@@ -141,7 +143,7 @@ def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, 
     new = aggregate_classes(uploads)
     return (remember(table, new) if memory else new), {}
 
-  return base.Protocol(private_client_init(nets, opt),
+  return base.Protocol(private_client_init(nets, opt, rt.layout.image_shape),
                        lambda rng: empty_table(rt.layout.num_classes, width),
                        lambda table, g: table, client_update, server_aggregate, predict)
 
@@ -242,8 +244,7 @@ def nearest_prototype_scores(rep, protos) -> jax.Array:
 def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
   """What a FedProto client sends: its per-class mean representations and counts."""
   return class_stats(lambda x: models.extract(net, params, x), data.x, data.y, idx, mask,
-                     num_classes=rt.layout.num_classes, batch_size=rt.batch_size,
-                     dtype=rt.compute_dtype)
+                     num_classes=rt.layout.num_classes, **rt.eval_options())
 
 
 SPEC = base.Spec(lambda c, rt: fedproto(rt, **base.sgd_args(c), **c.algo),

@@ -44,6 +44,7 @@ from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import fedmrl
 from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.data.sources import IMAGE_SHAPE
 
 LOCAL_REP_DIM = fedmrl.LOCAL_REP_DIM
 
@@ -56,16 +57,18 @@ class MutualNets:
     large: the private heterogeneous model (width ``LOCAL_REP_DIM``).
   """
 
-  def __init__(self, arch: str, *, small_arch: str, rep_dim: int, num_classes: int, dtype):
+  def __init__(self, arch: str, *, small_arch: str, rep_dim: int, num_classes: int, dtype,
+               image_shape: tuple[int, ...] = IMAGE_SHAPE):
     self.small = models.get_model(small_arch, num_classes=num_classes, rep_dim=rep_dim,
                                   dtype=dtype)
     self.large = models.get_model(arch, num_classes=num_classes, rep_dim=LOCAL_REP_DIM,
                                   dtype=dtype)
+    self.image_shape = image_shape
 
   def init(self, key):
     """{'global': shared params, 'local': private params}."""
     k1, k2 = jax.random.split(key)
-    x = dummy_input()
+    x = dummy_input(self.image_shape)
     return {"global": self.small.init(k1, x)["params"],
             "local": self.large.init(k2, x)["params"]}
 
@@ -79,7 +82,8 @@ class MutualNets:
 def make_nets(rt: base.Runtime, *, small_arch: str, rep_dim: int) -> list[MutualNets]:
   """One ``MutualNets`` per architecture group."""
   return [MutualNets(arch, small_arch=small_arch, rep_dim=rep_dim,
-                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype)
+                     num_classes=rt.layout.num_classes, dtype=rt.compute_dtype,
+                     image_shape=rt.layout.image_shape)
           for arch in rt.layout.archs]
 
 
@@ -210,4 +214,4 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 SPEC = base.Spec(
     lambda c, rt: fml(rt, **base.sgd_args(c), **c.algo),
     dict(alpha=0.5, beta=0.5, small_arch="cnn5", rep_dim=LOCAL_REP_DIM),
-    choices=dict(small_arch=tuple(models.ARCHITECTURES)))
+    choices=dict(small_arch=models.ArchitectureChoices()))

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
-from fedjax_het.algorithms.standalone import (classifier_loss, dummy_input, init_models,
+from fedjax_het.algorithms.standalone import (classifier_loss, init_models,
                                               private_client_init)
 
 
@@ -54,7 +54,7 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
-    return nets[0].init(jax.random.fold_in(rng, 1 << 20), dummy_input())["params"]["header"]
+    return nets[0].init(jax.random.fold_in(rng, 1 << 20), rt.dummy_input())["params"]["header"]
 
   def client_update(g, client, header, data, idx, mask, key):
     params, opt_state = base.download(rt, client.params, client.opt_state,
@@ -71,7 +71,7 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     params = with_header(client.params, header)  # local extractor, global header
     return lambda x: nets[g].apply({"params": params}, x)[0]
 
-  proto = base.Protocol(private_client_init(nets, opt), init_server,
+  proto = base.Protocol(private_client_init(nets, opt, rt.layout.image_shape), init_server,
                         lambda header, g: header, client_update, server_aggregate, predict,
                         trained_payload=base.own_upload)
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),

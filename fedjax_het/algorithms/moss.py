@@ -43,6 +43,7 @@ from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import moss_wire as wire
 from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.models.preprocess import normalize
 
 AGGREGATIONS = ("file", "uniform")
@@ -85,11 +86,12 @@ def uplink(params):
   return params
 
 
-def largest_arch(archs, num_classes: int) -> str:
-  """The architecture among ``archs`` with the most parameters."""
+def largest_arch(archs, num_classes: int, image_shape: tuple[int, ...] = IMAGE_SHAPE) -> str:
+  """The architecture among ``archs`` with the most parameters (on images of a shape)."""
   def size(a):
     net = models.get_model(a, num_classes=num_classes)
-    return models.count_params(jax.eval_shape(net.init, jax.random.PRNGKey(0), dummy_input()))
+    return models.count_params(jax.eval_shape(net.init, jax.random.PRNGKey(0),
+                                              dummy_input(image_shape)))
   return max(archs, key=size)
 
 
@@ -127,7 +129,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"algo.{k}={v!r} must be a positive int")
   nc, layout = rt.layout.num_classes, rt.layout
-  proxy_arch = largest_arch(layout.archs, nc) if proxy_arch == "auto" else proxy_arch
+  proxy_arch = (largest_arch(layout.archs, nc, layout.image_shape) if proxy_arch == "auto"
+                else proxy_arch)
   nets = [models.get_model(a, num_classes=nc, dtype=rt.compute_dtype) for a in layout.archs]
   proxy_net = models.get_model(proxy_arch, num_classes=nc, dtype=rt.compute_dtype)
   applies = [lambda p, x, n=n: n.apply({"params": p}, x) for n in nets]
@@ -137,13 +140,14 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   G = layout.num_groups
 
   def init_params(net, key):
-    return net.init(key, dummy_input())["params"]
+    return net.init(key, rt.dummy_input())["params"]
 
   def shapes(net):
     return jax.eval_shape(lambda k: init_params(net, k), jax.random.PRNGKey(0))
 
-  c_proxy = wire.channels(proxy_apply, shapes(proxy_net), layers)
-  c_types = [wire.channels(applies[g], shapes(nets[g]), layers) for g in range(G)]
+  c_proxy = wire.channels(proxy_apply, shapes(proxy_net), layers, layout.image_shape)
+  c_types = [wire.channels(applies[g], shapes(nets[g]), layers, layout.image_shape)
+             for g in range(G)]
 
   def init_wire(key, c_src, c_tgt):
     meta = wire.init_meta(c_src, layers)
@@ -213,7 +217,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                           min(public_size, data.y.shape[0]))
 
   def public_images(data, idx):
-    return normalize(data.x[idx]).astype(rt.compute_dtype)
+    return normalize(data.x[idx], rt.normalization).astype(rt.compute_dtype)
 
   def predict(g, rounds_taken, w_g):
     del rounds_taken  # the deployed type model
@@ -270,6 +274,6 @@ SPEC = base.Spec(
     dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
          public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
          wire_layers="conv1,conv2,rep"),
-    choices=dict(proxy_arch=("auto",) + tuple(models.ARCHITECTURES),
+    choices=dict(proxy_arch=models.ArchitectureChoices(extra=("auto",)),
                  aggregation=AGGREGATIONS, mapping=MAPPINGS),
     check=lambda c: check_public(c))

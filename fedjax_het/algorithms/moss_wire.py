@@ -57,9 +57,10 @@ def pooled_features(feats: dict, layers) -> dict:
   return {k: pool_feature(feats[k]) for k in layers}
 
 
-def channels(apply: Apply, params: PyTree, layers) -> dict:
-  """Channel count of each named layer (shape-only evaluation)."""
-  feats = jax.eval_shape(lambda p: apply(p, jnp.zeros((1, 32, 32, 3)))[1], params)
+def channels(apply: Apply, params: PyTree, layers,
+             image_shape: tuple[int, ...] = (32, 32, 3)) -> dict:
+  """Channel count of each named layer (shape-only evaluation on one image)."""
+  feats = jax.eval_shape(lambda p: apply(p, jnp.zeros((1,) + tuple(image_shape)))[1], params)
   missing = [k for k in layers if k not in feats]
   if missing:
     raise ValueError(f"algo.wire_layers: {missing} not among the model's features "
@@ -143,7 +144,7 @@ def transfer(cfg: WireConfig, meta_opt: optax.GradientTransformation,
     src_params: the source (fixed).
     tgt_params: the target's starting point theta.
     wire_state: ``{'meta': phi, 'meta_opt': state, 'reg': regressors}``.
-    public_x: normalized public images [N, 32, 32, 3].
+    public_x: normalized public images [N, H, W, C].
     key: PRNG key choosing each step's minibatch.
 
   Returns:

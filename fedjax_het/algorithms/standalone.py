@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.data.sources import IMAGE_SHAPE
 
 
 def classifier_loss(model):
@@ -30,15 +31,15 @@ def init_models(rt: base.Runtime, *, num_classes: int):
           for arch in rt.layout.archs]
 
 
-def dummy_input():
-  """A one-image batch for ``Module.init``."""
-  return jnp.zeros((1, 32, 32, 3), jnp.float32)
+def dummy_input(image_shape: tuple[int, ...] = IMAGE_SHAPE):
+  """A one-image batch float32 [1, H, W, C] for ``Module.init`` (``Runtime.dummy_input``)."""
+  return jnp.zeros((1,) + tuple(image_shape), jnp.float32)
 
 
-def private_client_init(nets, opt):
+def private_client_init(nets, opt, image_shape: tuple[int, ...] = IMAGE_SHAPE):
   """``Protocol.init_client`` of a private CNN: its own params and optimizer state."""
   def init_client(g, key):
-    params = nets[g].init(key, dummy_input())["params"]
+    params = nets[g].init(key, dummy_input(image_shape))["params"]
     return base.ClientState(params, None, opt.init(params))
   return init_client
 
@@ -75,7 +76,7 @@ def standalone(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     del payload
     return lambda x: nets[g].apply({"params": client.params}, x)[0]
 
-  proto = base.Protocol(private_client_init(nets, opt), lambda rng: (),
+  proto = base.Protocol(private_client_init(nets, opt, rt.layout.image_shape), lambda rng: (),
                         lambda server, g: (), client_update, server_aggregate, predict)
 
   def round_fn(state, data):

@@ -50,7 +50,7 @@ class FederatedData:
   """The pooled examples and the index tables of every group.
 
   Attributes:
-    x: uint8 [P, 32, 32, 3] pooled images (replicated on devices).
+    x: uint8 [P, H, W, C] pooled images (replicated on devices).
     y: int32 [P] pooled labels.
     groups: one ``ClientIndex`` per architecture group, in ``Layout.archs`` order
       (leading client axis sharded on devices).
@@ -70,12 +70,14 @@ class Layout:
     padded_sizes: each group's client-axis length after padding.
     num_clients: total real clients.
     num_classes: number of classes.
+    image_shape: (H, W, C) of one image (the models are initialised with it).
   """
   archs: tuple[str, ...]
   client_ids: tuple[tuple[int, ...], ...]
   padded_sizes: tuple[int, ...]
   num_clients: int
   num_classes: int
+  image_shape: tuple[int, ...] = (32, 32, 3)
 
   def __post_init__(self):
     if not len(self.archs) == len(self.client_ids) == len(self.padded_sizes):
@@ -186,7 +188,7 @@ def build_federated_data(x: np.ndarray, y: np.ndarray,
   """Builds the pooled arrays and the padded per-group index tables.
 
   Args:
-    x: uint8 [P, 32, 32, 3] pooled images.
+    x: uint8 [P, H, W, C] pooled images.
     y: int [P] pooled labels.
     train_indices: ``train_indices[k]`` indices into x/y of client k's train set.
     test_indices: same for the test sets.
@@ -215,7 +217,8 @@ def build_federated_data(x: np.ndarray, y: np.ndarray,
     groups.append(ClientIndex(train_idx=tr[0], train_mask=tr[1], test_idx=te[0],
                               test_mask=te[1], num_train=tr[2], num_test=te[2]))
   layout = Layout(archs=archs, client_ids=client_ids, padded_sizes=padded,
-                  num_clients=len(client_archs), num_classes=num_classes)
+                  num_clients=len(client_archs), num_classes=num_classes,
+                  image_shape=tuple(int(d) for d in x.shape[1:]))
   return FederatedData(x=x, y=y.astype(np.int32), groups=tuple(groups)), layout
 
 

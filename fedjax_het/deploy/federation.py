@@ -36,7 +36,8 @@ from fedjax_het import clients as cl
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
 from fedjax_het import models
-from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State, base
+from fedjax_het.algorithms import Algorithm, Runtime, State, base, get_spec
+from fedjax_het.data.sources import IMAGE_SHAPE, parse_floats
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import loop
 
@@ -48,7 +49,7 @@ class ClientData:
   """One client's own examples and its padded train/test tables into them.
 
   Attributes:
-    x: uint8 [n, 32, 32, 3] the client's images (train and test).
+    x: uint8 [n, H, W, C] the client's images (train and test).
     y: int32 [n] their labels.
     train_idx, train_mask: int32 / bool [n_train_max] (a multiple of the batch size).
     test_idx, test_mask: int32 / bool [n_test_max].
@@ -71,7 +72,7 @@ class ClientData:
     """A client's data from its own arrays (what a real deployment calls).
 
     Args:
-      x_train, y_train, x_test, y_test: uint8 images [n, 32, 32, 3], int labels [n].
+      x_train, y_train, x_test, y_test: uint8 images [n, H, W, C], int labels [n].
       batch_size: B; tables are padded to a multiple of it.
       train_len, test_len: table lengths (0: the smallest multiple of B that fits).
     """
@@ -138,6 +139,8 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
     with_data: False lays the federation out from the config alone (``config.models``,
       ``num_clients``, ``data.name``), without reading any data: what a silo that brings
       its own arrays (``ClientData.from_arrays``) needs. ``Federation.data`` is then None.
+      Only the built-in datasets (their image shape, classes and statistics are known)
+      can be laid out so.
 
   Raises:
     ValueError: a bad config, or an algorithm without a ``protocol``, before any compute.
@@ -146,21 +149,26 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
   if with_data:
-    x, y, num_classes, num_train = loop.load_pool(config)[:4]
-    if len(y) < config.num_clients:
-      raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
-                       "examples of the data")
-    train, test, _ = loop.partition_clients(config, y, num_classes, num_train)
-    fed, layout = data_lib.build_federated_data(x, y, train, test, archs,
-                                                num_classes=num_classes,
+    pool, train, test, _ = loop.load_clients(config)
+    loop.check_models(config, archs, pool)
+    fed, layout = data_lib.build_federated_data(pool.x, pool.y, train, test, archs,
+                                                num_classes=pool.num_classes,
                                                 pad_examples_to=config.batch_size)
+    normalization = pool.normalization
   else:
+    if config.data.name not in data_lib.DATASETS:
+      raise ValueError(f"prepare_federation(with_data=False) lays out only the built-in "
+                       f"datasets {sorted(data_lib.DATASETS)}; {config.data.name!r} needs "
+                       "its arrays (with_data=True) for its image shape, classes and "
+                       "statistics")
     fed = None
     names, ids = data_lib.group_clients(archs)
     layout = data_lib.Layout(names, ids, tuple(map(len, ids)), len(archs),
-                             data_lib.DATASETS[config.data.name])
-  rt = loop.make_runtime(config, layout, None)
-  algorithm = SPECS[config.algorithm].build(config, rt)
+                             data_lib.DATASETS[config.data.name], IMAGE_SHAPE)
+    normalization = None if not config.data.mean else tuple(
+        parse_floats(config.data[k]) for k in ("mean", "std"))
+  rt = loop.make_runtime(config, layout, None, normalization)
+  algorithm = get_spec(config.algorithm).build(config, rt)
   if algorithm.protocol is None:
     raise ValueError(f"algorithm {config.algorithm!r} has no protocol to deploy")
   return Federation(config, rt, algorithm, fed, archs)
@@ -225,7 +233,8 @@ def abstract_payload(fed: Federation, group: int) -> PyTree:
 def abstract_upload(fed: Federation, group: int) -> PyTree:
   """Shapes of what a client of ``group`` sends."""
   b = fed.runtime.batch_size
-  dummy = ClientData(np.zeros((b, 32, 32, 3), np.uint8), np.zeros((b,), np.int32),
+  dummy = ClientData(np.zeros((b,) + tuple(fed.runtime.layout.image_shape), np.uint8),
+                     np.zeros((b,), np.int32),
                      *([np.zeros((b,), np.int32), np.zeros((b,), bool)] * 2))
   return jax.eval_shape(
       lambda c, p, d, k: fed.protocol.client_update(group, c, p, d, d.train_idx,
@@ -247,6 +256,17 @@ def fingerprint(fed: Federation) -> dict:
 
 
 # ---------------------------------------------------------------- the client
+def boxed(tree: PyTree) -> PyTree:
+  """``tree``, or ``{'state': tree}`` when it is a single array (a round counter, as
+  FedAvg's clients keep), which orbax's ``StandardSave`` does not take."""
+  return {"state": tree} if jax.tree_util.treedef_is_leaf(jax.tree.structure(tree)) else tree
+
+
+def unboxed(tree: PyTree, like: PyTree) -> PyTree:
+  """Inverse of ``boxed`` for a tree restored as ``boxed(like)``."""
+  return tree["state"] if jax.tree_util.treedef_is_leaf(jax.tree.structure(like)) else tree
+
+
 class ClientNode:
   """One client of a deployment: its private state, its data, its checkpoints.
 
@@ -271,7 +291,7 @@ class ClientNode:
         g, c, p, d, d.train_idx, d.train_mask, k))
     self._evaluate = jax.jit(lambda c, p, d: cl.evaluate_client(
         proto.predict(g, c, p), d.x, d.y, d.test_idx, d.test_mask,
-        batch_size=fed.runtime.batch_size, dtype=fed.runtime.compute_dtype))
+        **fed.runtime.eval_options()))
     self._ckpt = None
     if workdir:
       self._ckpt = ckpt_lib.Checkpointer(
@@ -291,9 +311,9 @@ class ClientNode:
       for step in self._ckpt.steps():
         if before is not None and step >= before:
           self._ckpt.manager.delete(step)  # ahead of the server: rolled back
-      restored = self._ckpt.restore_latest(on_device(self._abstract))
+      restored = self._ckpt.restore_latest(on_device(boxed(self._abstract)))
       if restored is not None:
-        return restored[0], int(restored[1]["round"])
+        return unboxed(restored[0], self._abstract), int(restored[1]["round"])
     return self._initial(), 0
 
   def warmup(self) -> None:
@@ -317,7 +337,7 @@ class ClientNode:
                                       self.data, key)
     self.state, self.state_round = state, round_
     if self._ckpt is not None:
-      self._ckpt.save(round_, state, {"round": round_})
+      self._ckpt.save(round_, boxed(state), {"round": round_})
     return encode(upload), self.data.num_train, {k: float(v) for k, v in aux.items()}
 
   def evaluate(self, payload: Sequence[np.ndarray]) -> tuple[int, int]:

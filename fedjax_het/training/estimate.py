@@ -99,7 +99,8 @@ def step_flops(exp) -> tuple[tuple, tuple]:
     train.append(_flops(update.lower(client, payload, data, idx, mask, key)) / b)
 
     def apply(client, payload, x, g=g):
-      return proto.predict(g, client, payload)(normalize(x).astype(rt.compute_dtype))
+      x = normalize(x, rt.normalization).astype(rt.compute_dtype)
+      return proto.predict(g, client, payload)(x)
     predict.append(_flops(jax.jit(apply).lower(client, payload, data.x)) / b)
   return tuple(train), tuple(predict)
 

@@ -22,8 +22,10 @@ import numpy as np
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
 from fedjax_het import distributed, models, sharding
-from fedjax_het.algorithms import SPECS, Algorithm, Runtime, State
-from fedjax_het.data.pool import load_pool, partition_clients  # noqa: F401 (re-exported)
+from fedjax_het.algorithms import Algorithm, Runtime, State, get_spec
+from fedjax_het.data import partition_file
+from fedjax_het.data.pool import (load_clients, load_pool,  # noqa: F401 (re-exported)
+                                  partition_clients)
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import metrics as metrics_lib
 
@@ -43,8 +45,12 @@ class Experiment:
     data: ``FederatedData`` placed on the devices.
     class_counts: int [num_clients, 2, num_classes], train and test class counts.
     client_archs: architecture name of each client.
-    data_source: {'source', 'fingerprint', 'examples'}: where the data was read, a hash
-      of the dataset, and the pool size (recorded in ``summary.json``).
+    data_source: {'source', 'fingerprint', 'examples', 'image_shape', 'num_classes',
+      'normalization'}: where the data was read, a hash of the dataset, the pool size,
+      the images' shape, the classes and the per-channel (mean, std) used (recorded in
+      ``summary.json``).
+    tables: every client's train and test indices into the pool
+      (``partition_file.ClientTables``; a run writes them to ``partition_indices.npz``).
   """
   config: ml_collections.ConfigDict
   runtime: Runtime
@@ -53,6 +59,7 @@ class Experiment:
   class_counts: np.ndarray
   client_archs: tuple
   data_source: dict = dataclasses.field(default_factory=dict)
+  tables: partition_file.ClientTables | None = None
 
 
 def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
@@ -62,8 +69,11 @@ def place_data(fed: data_lib.FederatedData, mesh) -> data_lib.FederatedData:
                      groups=sharding.place_clients(fed.groups, mesh))
 
 
-def make_runtime(config, layout, mesh) -> Runtime:
-  """The ``Runtime`` of a config (``mesh=None``: one device, as a deployment's processes)."""
+def make_runtime(config, layout, mesh, normalization=None) -> Runtime:
+  """The ``Runtime`` of a config (``mesh=None``: one device, as a deployment's processes).
+
+  ``normalization``: the dataset's ``(mean, std)`` (``Pool.normalization``).
+  """
   return Runtime(layout=layout, participation=config.participation,
                  local_epochs=config.local_epochs, batch_size=config.batch_size,
                  client_parallelism=config.runtime.client_parallelism,
@@ -71,7 +81,7 @@ def make_runtime(config, layout, mesh) -> Runtime:
                  compute_dtype=jnp.dtype(config.runtime.compute_dtype),
                  augment=config.data.augment, drop_last=config.drop_last,
                  reset_downloaded_momentum=config.reset_downloaded_momentum,
-                 eval_sampled=config.eval_sampled)
+                 eval_sampled=config.eval_sampled, normalization=normalization)
 
 
 def prepare(config: ml_collections.ConfigDict,
@@ -81,29 +91,38 @@ def prepare(config: ml_collections.ConfigDict,
 
   Args:
     config: experiment config (see ``fedjax_het.config.base_config``).
-    build: optional ``(config, runtime) -> Algorithm`` overriding ``SPECS``, for research
-      code plugging in its own algorithm.
+    build: optional ``(config, runtime) -> Algorithm`` overriding the config's algorithm
+      (``algorithms.get_spec``), for research code plugging in its own algorithm.
     place: put the data on the devices (False keeps numpy arrays: ``run_seeds`` stacks
       the data of several seeds first).
   """
   config_lib.validate(config)
   config = config_lib.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
-  pool = load_pool(config)
-  x, y, num_classes, num_train = pool.x, pool.y, pool.num_classes, pool.num_train
-  if len(y) < config.num_clients:
-    raise ValueError(f"config.num_clients={config.num_clients} exceeds the {len(y)} "
-                     "examples of the data")
-  train, test, counts = partition_clients(config, y, num_classes, num_train)
+  pool, train, test, counts = load_clients(config)
+  check_models(config, archs, pool)
   mesh = sharding.client_mesh(config.runtime.num_devices)
   fed, layout = data_lib.build_federated_data(
-      x, y, train, test, archs, num_classes=num_classes, pad_clients_to=mesh.size,
-      pad_examples_to=config.batch_size)
-  rt = make_runtime(config, layout, mesh)
-  algorithm = (build or SPECS[config.algorithm].build)(config, rt)
-  source = {"source": pool.source, "fingerprint": pool.fingerprint, "examples": len(y)}
+      pool.x, pool.y, train, test, archs, num_classes=pool.num_classes,
+      pad_clients_to=mesh.size, pad_examples_to=config.batch_size)
+  rt = make_runtime(config, layout, mesh, pool.normalization)
+  algorithm = (build or get_spec(config.algorithm).build)(config, rt)
   return Experiment(config, rt, algorithm, place_data(fed, mesh) if place else fed, counts,
-                    archs, source)
+                    archs, pool.summary(), pool.tables(train, test))
+
+
+def check_models(config, archs, pool) -> None:
+  """Every architecture of the run (clients' and ``algo`` ones) takes the pool's images.
+
+  Shapes only (``models.check_architectures``), before anything is compiled.
+  """
+  spec = get_spec(config.algorithm)
+  extra = [v for k, v in config.algo.items()
+           if isinstance(spec.choices.get(k), models.ArchitectureChoices)
+           and v not in spec.choices[k].extra]
+  models.check_architectures(tuple(archs) + tuple(extra), pool.image_shape,
+                             pool.num_classes)
+
 
 
 def state_shardings(abstract: State, mesh, replicas: bool = False) -> State:
@@ -263,7 +282,10 @@ def describe(exp: Experiment, start: int) -> str:
   devices = f"{exp.runtime.num_shards} {jax.default_backend()} device" + (
       "s" if exp.runtime.num_shards > 1 else "")
   src = exp.data_source
-  return (f"{c.algorithm} | {c.data.name} ({src.get('examples', '?')} examples, pool "
+  shape = ("" if c.data.name in data_lib.DATASETS else " of " + "x".join(
+      map(str, exp.runtime.layout.image_shape)) + f", {exp.runtime.layout.num_classes} "
+      "classes")
+  return (f"{c.algorithm} | {c.data.name} ({len(exp.data.y)} examples{shape}, pool "
           f"{c.data.pool}; {src.get('source', '?')}, fingerprint "
           f"{src.get('fingerprint', '?')}) | {c.num_clients} clients ({archs}), "
           f"{k:g} per round | "
@@ -323,12 +345,16 @@ def extra_metrics(metrics: dict, row: int = -1) -> dict:
 
 
 def write_partition(workdir: str, exp: Experiment) -> None:
-  """``partition.json``: every client's architecture and train/test class counts."""
+  """``partition.json``: every client's architecture and train/test class counts; and
+  ``partition_indices.npz``: their exact train/test indices into the pool
+  (``partition_file``; ``partition.kind='file'`` runs from it)."""
   metrics_lib.write_json(os.path.join(workdir, "partition.json"), {
       "clients": [{"client": k, "arch": exp.client_archs[k],
                    "train_class_counts": exp.class_counts[k, 0].tolist(),
                    "test_class_counts": exp.class_counts[k, 1].tolist()}
                   for k in range(len(exp.client_archs))]})
+  if exp.tables is not None:
+    partition_file.save(os.path.join(workdir, partition_file.INDICES_FILE), exp.tables)
 
 
 def clear_outputs(workdir: str) -> None:
