@@ -97,13 +97,13 @@ def cpu_kernels() -> bool:
 # ("channels first, then batch"). The im2col matrix is then [kh*kw*C, B*H'*W']: its
 # rows are whole shifted [B, H', W'] windows (copies of contiguous image rows), where
 # the NHWC matrix [B*H'*W', kh*kw*C] interleaves 3-float pieces of the first layer's
-# input; and each matmul has the long B*H'*W' axis as its output width. im2col and its
-# transpose (col2im) are written as loops over the kh*kw offsets: unrolled, XLA:CPU
-# materialised every window before concatenating them, and fused the 25-term col2im
-# into the pooling gradient that consumes it, which recomputed it for each of the four
-# positions of a window. Pooling has an elementwise gradient instead of XLA:CPU's
-# scatter. A FedMRL CNN-1 step (B=64) took 55 ms of CPU instead of 90
-# (docs/performance.md).
+# input; and each matmul has the long B*H'*W' axis as its output width. im2col stacks
+# the kw column shifts, then the kh row shifts of those (two fused copies; one stack of
+# all 25 windows made XLA:CPU materialise every window first). Its transpose, col2im, is
+# a loop over the kh*kw offsets: unrolled, XLA:CPU fused the 25-term sum into the
+# pooling gradient that consumes it and recomputed it for each of the four positions of
+# a window. Pooling has an elementwise gradient instead of XLA:CPU's scatter. A FedMRL
+# CNN-1 step (B=64) took 54 ms of CPU instead of 90 (docs/performance.md).
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
@@ -116,14 +116,9 @@ def patches_cf(x: jax.Array, kh: int, kw: int) -> jax.Array:
     is the col2im sum of the shifted windows.
   """
   h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
-  window = x.shape[:2] + (h, w)
-
-  def put_window(k, rows):
-    piece = jax.lax.dynamic_slice(x, (0, 0, k // kw, k % kw), window)
-    return jax.lax.dynamic_update_index_in_dim(rows, piece, k, 0)
-
-  rows = jax.lax.fori_loop(0, kh * kw, put_window, jnp.zeros((kh * kw,) + window, x.dtype))
-  return rows.reshape((-1,) + rows.shape[2:])
+  cols = jnp.stack([x[:, :, :, j:j + w] for j in range(kw)])  # [kw, C, B, H, W']
+  rows = jnp.stack([cols[:, :, :, i:i + h] for i in range(kh)])  # [kh, kw, C, B, H', W']
+  return rows.reshape((-1,) + rows.shape[3:])
 
 
 def _patches_cf_fwd(x, kh, kw):
