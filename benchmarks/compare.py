@@ -29,6 +29,7 @@ counted analytically from the layer sizes, the same count for every row (see
   python benchmarks/compare.py --size=paper --dtype=bfloat16 --skip_torch
   python benchmarks/compare.py --size=paper --memory             # peak device memory
   python benchmarks/compare.py --size=paper --experiment         # 500 rounds + evals
+  python benchmarks/compare.py --protocol=experiments/fedmrl.py:cpu --torch_threads=1,2
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import round_time  # noqa: E402
 
 from fedjax_het import clients as cl  # noqa: E402
+from fedjax_het import config as config_lib  # noqa: E402
 from fedjax_het import models  # noqa: E402
 from fedjax_het.algorithms import base, fedmoe, fedmrl  # noqa: E402
 from fedjax_het.algorithms.standalone import classifier_loss, init_models  # noqa: E402
@@ -509,6 +511,127 @@ def time_experiment(setting: Setting, algorithm: str, rounds: int, *, eval_every
   return time.perf_counter() - t, compile_s, float(acc.mean())
 
 
+# ---------------------------------------------------------------- --protocol
+
+
+def load_config(spec: str):
+  """``path/to/config.py[:variant]`` -> its ``get_config(variant)``."""
+  import importlib.util  # noqa: PLC0415
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("protocol_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def protocol_clients(exp) -> list:
+  """Every real client of a prepared experiment, by client id, as
+  ``(arch, x_train, y_train, x_test, y_test)`` (uint8 NHWC images, as the pool)."""
+  x, y = np.asarray(exp.data.x), np.asarray(exp.data.y)
+  layout, out = exp.runtime.layout, {}
+  for g, index in enumerate(exp.data.groups):
+    for j, cid in enumerate(layout.client_ids[g]):
+      tr = np.asarray(index.train_idx[j])[np.asarray(index.train_mask[j])]
+      te = np.asarray(index.test_idx[j])[np.asarray(index.test_mask[j])]
+      out[cid] = (layout.archs[g], x[tr], y[tr], x[te], y[te])
+  return [out[k] for k in sorted(out)]
+
+
+def time_protocol_ours(config, rounds: int, workdir: str) -> dict:
+  """``loop.run`` of ``config`` (1 + ``rounds`` rounds, evaluation every round, no
+  checkpoint but the last) in ``workdir``; seconds per round from its metrics rows.
+
+  Returns:
+    {'round_s': wall seconds between consecutive evaluation rows (train + evaluate +
+    host work of a round), 'compile_s': the run's own compile figure,
+    'first_s': wall time to the first row (compilation of the round and the evaluation
+    and round one), 'acc': final mean test accuracy}.
+  """
+  import json  # noqa: PLC0415
+  config = config_lib.override(config.copy_and_resolve_references(), {
+      "num_rounds": rounds + 1, "eval_every": 1, "checkpoint_every": 0})
+  summary = loop.run(config, workdir, fresh_start=True, log=lambda line: None)
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    walls = [json.loads(line)["wall_s"] for line in f]
+  return {"round_s": [b - a for a, b in zip(walls, walls[1:])],
+          "compile_s": summary["timing"].get("compile_s", math.nan),
+          "first_s": walls[0], "acc": summary["final_mean_test_acc"]}
+
+
+def protocol_table(spec, *, rounds: int, repeats: int, torch_threads: list,
+                   skip_torch: bool = False, workdir: str | None = None,
+                   log=lambda s: None) -> str:
+  """Ours (``loop.run``) against the per-client PyTorch loop on an experiment's clients.
+
+  Every repeat runs ours (compiling afresh) and then torch with each thread count, so
+  the implementations alternate under the same machine load. Our config gets
+  ``eval_every=1``; torch (``torch_reference.ProtocolFederation``) trains the same
+  clients (architecture, examples, B, E, optimizer) and evaluates them every round.
+
+  Args:
+    spec: ``CONFIG[:variant]`` (a file with ``get_config``) or a config itself.
+    rounds: timed rounds per run; repeats: runs of each implementation.
+    torch_threads: the thread counts torch is timed with.
+    skip_torch: ours only.
+    workdir: where our runs write (default: a temporary directory).
+
+  Returns:
+    A markdown table, one row per implementation.
+  """
+  import tempfile  # noqa: PLC0415
+  config = load_config(spec) if isinstance(spec, str) else spec
+  spec = spec if isinstance(spec, str) else f"{config.algorithm} config"
+  config_lib.validate(config)
+  c = config_lib.with_algo_defaults(config)
+  if c.participation != 1.0:
+    raise ValueError("--protocol times every client each round (participation 1.0)")
+  clients = protocol_clients(loop.prepare(c))
+  results = {"ours": {"wall": [], "compile": [], "first": [], "acc": []}}
+  workdir = workdir or tempfile.mkdtemp(prefix="protocol_")
+  for rep in range(repeats):
+    r = time_protocol_ours(config, rounds, os.path.join(workdir, f"ours{rep}"))
+    ours = results["ours"]
+    ours["wall"] += r["round_s"]
+    ours["compile"].append(r["compile_s"])
+    ours["first"].append(r["first_s"])
+    ours["acc"].append(r["acc"])
+    log(f"  rep {rep} ours: {statistics.median(r['round_s']):.2f} s/round, compile "
+        f"{r['compile_s']:.1f} s, load {os.getloadavg()[0]:.1f}")
+    if skip_torch:
+      continue
+    import torch_reference  # noqa: PLC0415 (torch is optional)
+    for threads in torch_threads:
+      walls, cpus, acc = torch_reference.time_protocol(
+          c.algorithm, clients, rounds=rounds, threads=threads, batch=c.batch_size,
+          epochs=c.local_epochs, lr=c.learning_rate, momentum=c.momentum,
+          weight_decay=c.weight_decay, grad_clip=c.grad_clip, device="cpu", seed=rep,
+          **({"d1": c.algo.d1, "small_arch": c.algo.small_arch}
+             if c.algorithm == "fedmrl" else {}))
+      row = results.setdefault(f"torch-{threads}t", {"wall": [], "acc": []})
+      row["wall"] += walls
+      row["acc"].append(acc)
+      log(f"  rep {rep} torch {threads} thread(s): {statistics.median(walls):.2f} s/round,"
+          f" load {os.getloadavg()[0]:.1f}")
+  ref = min((statistics.median(v["wall"]) for k, v in results.items()
+             if k.startswith("torch")), default=math.nan)
+  head = ("setting", "implementation", "s/round", "min s/round", "compile s",
+          "first row s", "final acc", "vs best torch")
+  n = len(clients)
+  setting = (f"{spec} N={n} C=100% B={c.batch_size} E={c.local_epochs} eval every round")
+  rows = []
+  for name, v in results.items():
+    sec = statistics.median(v["wall"])
+    comp = f"{statistics.median(v['compile']):.1f}" if "compile" in v else "-"
+    first = f"{statistics.median(v['first']):.1f}" if "first" in v else "-"
+    rows.append((setting, name, f"{sec:.2f}", f"{min(v['wall']):.2f}", comp, first,
+                 f"{statistics.median(v['acc']):.3f}",
+                 "n/a" if math.isnan(ref) else f"{ref / sec:.2f}x"))
+  widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+  line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
+  return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+                   + [line(r) for r in rows])
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -524,14 +647,24 @@ def parse_args(argv=None):
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--skip_torch", action="store_true")
   p.add_argument("--torch_device", default=None, help="cpu|cuda (default: cuda if any)")
-  p.add_argument("--torch_threads", type=int, default=0,
-                 help="torch CPU threads (0: torch's default)")
+  p.add_argument("--torch_threads", default="0",
+                 help="torch CPU threads (0: torch's default); --protocol takes a "
+                      "comma-separated list and times each, the other modes the first")
   p.add_argument("--num_devices", type=int, default=0, help="devices of the client mesh")
   p.add_argument("--memory", action="store_true", help="the memory table instead")
   p.add_argument("--experiment", action="store_true",
                  help="time a whole experiment (rounds + evaluation every 10) instead")
   p.add_argument("--experiment_rounds", type=int, default=0, help="0: the size's preset")
+  p.add_argument("--protocol", default="",
+                 help="CONFIG[:variant], e.g. experiments/fedmrl.py:cpu: time loop.run of "
+                      "that experiment (evaluation every round) against the per-client "
+                      "PyTorch loop on the same clients, instead")
+  p.add_argument("--protocol_rounds", type=int, default=5,
+                 help="--protocol: timed rounds per run (after one compiling round)")
+  p.add_argument("--protocol_workdir", default="",
+                 help="--protocol: where our runs write (default: a temporary directory)")
   args = p.parse_args(argv)
+  args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
   args.algorithms = args.algorithms.split(",")
   args.impls = [i for i in args.impls.split(",") if not (args.skip_torch and i == "torch")]
   for a in args.algorithms:
@@ -555,6 +688,17 @@ def main(argv=None):
   args = parse_args(argv)
   size = SIZES[args.size]
   log = lambda s: print(s, file=sys.stderr, flush=True)
+  if args.protocol:
+    print(describe_device("cpu", ",".join(map(str, args.torch_threads))))
+    print(f"load average at start {os.getloadavg()[0]:.2f}")
+    print(protocol_table(args.protocol, rounds=args.protocol_rounds, repeats=args.repeats,
+                         torch_threads=args.torch_threads, skip_torch=args.skip_torch,
+                         workdir=args.protocol_workdir or None, log=log))
+    print(f"load average at end {os.getloadavg()[0]:.2f}; s/round: median over repeats "
+          f"x {args.protocol_rounds} rounds; vs best torch: the faster torch row's "
+          "s/round / this row's")
+    return
+  args.torch_threads = args.torch_threads[0]
   print(describe_device(args.torch_device, args.torch_threads))
   if args.memory:
     ref = size.settings[-1]

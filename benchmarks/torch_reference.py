@@ -44,8 +44,9 @@ from torch.nn import functional as F
 
 ALGORITHMS = ("fedavg", "fedmrl", "fedmoe")
 # (conv channels, hidden FC widths before the representation layer), as registry.py.
-ARCHS = {"cnn1": ((16, 32), (2000,)), "cnn5": ((16, 32), (500,)),
-         "tiny": ((4, 8), (32,))}  # tiny: tests only
+ARCHS = {"cnn1": ((16, 32), (2000,)), "cnn2": ((16, 16), (2000,)),
+         "cnn3": ((16, 32), (1000,)), "cnn4": ((16, 32), (800,)),
+         "cnn5": ((16, 32), (500,)), "tiny": ((4, 8), (32,))}  # tiny: tests only
 REP_DIM = 500  # d2, the representation width of the clients' CNNs
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
@@ -96,11 +97,19 @@ class MRLClient(nn.Module):
     self.large = CNN(arch)
     self.proj = nn.Linear(d1 + REP_DIM, REP_DIM)
 
-  def loss(self, x, y):
-    """Eq. (1)-(3) of FedMRL: CE of the small header on R[:, :d1] + CE of the large on R."""
+  def heads(self, x):
+    """Eq. (1)-(2): (small header on R[:, :d1], large header on R) of the fused R."""
     rep = self.proj(torch.cat([self.small.extractor(x), self.large.extractor(x)], -1))
-    return (F.cross_entropy(self.small.header(rep[:, :self.d1]), y)
-            + F.cross_entropy(self.large.header(rep), y))
+    return self.small.header(rep[:, :self.d1]), self.large.header(rep)
+
+  def loss(self, x, y):
+    """Eq. (3) of FedMRL: CE of the small header + CE of the large header."""
+    small, large = self.heads(x)
+    return F.cross_entropy(small, y) + F.cross_entropy(large, y)
+
+  def predict(self, x):
+    """Logits of the ``mix-large`` inference (the library's default)."""
+    return self.heads(x)[1]
 
 
 class SwitchNorm1d(nn.Module):
@@ -174,6 +183,9 @@ class ClassifierClient(nn.Module):
 
   def loss(self, x, y):
     return F.cross_entropy(self.model(x), y)
+
+  def predict(self, x):
+    return self.model(x)
 
 
 def shared_module(client: nn.Module) -> nn.Module:
@@ -331,6 +343,162 @@ def time_round(algorithm: str, *, clients: int, examples: int, participation: fl
   finally:
     torch.set_num_threads(default_threads)
   return statistics.median(times)
+
+
+# ---------------------------------------------------------------- a given federation
+
+
+PROTOCOL_ALGORITHMS = ("fedmrl", "standalone")
+
+
+def to_tensors(x: np.ndarray, y: np.ndarray, device) -> tuple:
+  """uint8 NHWC images and labels -> (x float32 NCHW normalized, y int64) on ``device``."""
+  mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1)
+  std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
+  xt = (torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).float() / 255
+        - mean) / std
+  return xt.contiguous().to(device), torch.from_numpy(np.asarray(y)).long().to(device)
+
+
+class ProtocolFederation:
+  """Given clients (own architecture, train and test examples) trained as the papers' code.
+
+  Every round all clients train in turn (C = 100%): download the shared part (FedMRL's
+  small model G, momentum buffers of G zeroed as the library's
+  ``reset_downloaded_momentum``), E epochs of shuffled minibatches of B (the last one
+  partial) with ``torch.optim.SGD(lr, momentum, weight_decay)`` after
+  ``clip_grad_norm_(grad_clip)`` (0: none), one optimizer per client kept between rounds;
+  then, with ``evaluate``, each client's test accuracy right after its training (the
+  library's ``sampled_test_acc``), the example-weighted average of G, and (FedMRL) every
+  client's test accuracy with the new G (``mean_test_acc``; for Standalone the first
+  evaluation already is that one). Evaluation batches have ``eval_batch`` examples.
+
+  Args:
+    algorithm: one of ``PROTOCOL_ALGORITHMS``.
+    clients: per client ``(arch, x_train, y_train, x_test, y_test)``, images uint8
+      [n, 32, 32, 3] (NHWC, as the library's pool), labels int.
+    d1, small_arch: FedMRL's shared small model.
+  """
+
+  def __init__(self, algorithm: str, clients: list, *, batch: int = 64, epochs: int = 1,
+               lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+               grad_clip: float = 0.0, evaluate: bool = True, eval_batch: int = 0,
+               d1: int = 100, small_arch: str = "cnn5", device=None, seed: int = 0):
+    if algorithm not in PROTOCOL_ALGORITHMS:
+      raise ValueError(f"algorithm={algorithm!r}; valid: {PROTOCOL_ALGORITHMS}")
+    self.device = torch.device(device or default_device())
+    torch.manual_seed(seed)
+    self.algorithm, self.batch, self.epochs = algorithm, batch, epochs
+    self.grad_clip, self.evaluate = grad_clip, evaluate
+    self.eval_batch = eval_batch or batch
+    self.models, self.opts, self.data = [], [], []
+    for arch, xtr, ytr, xte, yte in clients:
+      model = (MRLClient(arch, small_arch, d1) if algorithm == "fedmrl"
+               else ClassifierClient(arch))
+      model = model.to(self.device)
+      self.models.append(model)
+      self.opts.append(torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                                       weight_decay=weight_decay))
+      self.data.append(to_tensors(xtr, ytr, self.device) + to_tensors(xte, yte, self.device))
+    self.global_state = (copy.deepcopy(self.models[0].small.state_dict())
+                         if algorithm == "fedmrl" else None)
+    self.sampled_acc = self.mean_acc = float("nan")
+
+  def download(self, k: int) -> None:
+    """FedMRL: the global G into client k, and a fresh momentum buffer for it."""
+    small = self.models[k].small
+    small.load_state_dict(self.global_state)
+    state = self.opts[k].state
+    for p in small.parameters():
+      state.pop(p, None)
+
+  def train(self, k: int) -> None:
+    model, opt = self.models[k], self.opts[k]
+    x, y = self.data[k][:2]
+    model.train()
+    n = x.shape[0]
+    for _ in range(self.epochs):
+      perm = torch.randperm(n, device=x.device)
+      for start in range(0, n, self.batch):
+        idx = perm[start:start + self.batch]
+        loss = model.loss(x[idx], y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip > 0:
+          nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+        opt.step()
+
+  @torch.no_grad()
+  def accuracy(self, k: int) -> float:
+    model = self.models[k]
+    x, y = self.data[k][2:]
+    model.eval()
+    correct = 0
+    for start in range(0, x.shape[0], self.eval_batch):
+      pred = model.predict(x[start:start + self.eval_batch]).argmax(-1)
+      correct += int((pred == y[start:start + self.eval_batch]).sum())
+    return correct / max(x.shape[0], 1)
+
+  def round(self) -> None:
+    """One communication round (every client trains)."""
+    accs, uploads, weights = [], [], []
+    for k in range(len(self.models)):
+      if self.algorithm == "fedmrl":
+        self.download(k)
+      self.train(k)
+      if self.evaluate:
+        accs.append(self.accuracy(k))
+      if self.algorithm == "fedmrl":
+        uploads.append({n: v.detach().clone()
+                        for n, v in self.models[k].small.state_dict().items()})
+        weights.append(float(self.data[k][0].shape[0]))
+    if accs:
+      self.sampled_acc = self.mean_acc = float(np.mean(accs))
+    if self.algorithm == "fedmrl":
+      total = sum(weights)
+      with torch.no_grad():
+        for name, v in self.global_state.items():
+          v.copy_(sum(w * u[name] for w, u in zip(weights, uploads)) / total)
+      if self.evaluate:  # every client with the new G, as the library's evaluate
+        for k in range(len(self.models)):
+          self.models[k].small.load_state_dict(self.global_state)
+        self.mean_acc = float(np.mean([self.accuracy(k) for k in range(len(self.models))]))
+
+  def sync(self) -> None:
+    if self.device.type == "cuda":
+      torch.cuda.synchronize(self.device)
+
+
+def time_protocol(algorithm: str, clients: list, *, rounds: int = 3, warmup: int = 1,
+                  threads: int = 0, **kwargs) -> tuple[list[float], list[float], float]:
+  """Wall and CPU seconds of each of ``rounds`` rounds of a ``ProtocolFederation``.
+
+  Args:
+    algorithm, clients, kwargs: ``ProtocolFederation``'s.
+    rounds: timed rounds, after ``warmup`` untimed ones.
+    threads: CPU intra-op threads (0: torch's default).
+
+  Returns:
+    (wall seconds per round, process CPU seconds per round, last mean test accuracy).
+  """
+  default_threads = torch.get_num_threads()
+  if threads:
+    torch.set_num_threads(threads)
+  try:
+    fed = ProtocolFederation(algorithm, clients, **kwargs)
+    for _ in range(warmup):
+      fed.round()
+    fed.sync()
+    walls, cpus = [], []
+    for _ in range(rounds):
+      t, c = time.perf_counter(), time.process_time()
+      fed.round()
+      fed.sync()
+      walls.append(time.perf_counter() - t)
+      cpus.append(time.process_time() - c)
+  finally:
+    torch.set_num_threads(default_threads)
+  return walls, cpus, fed.mean_acc
 
 
 def count_params(module: nn.Module) -> int:

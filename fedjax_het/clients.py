@@ -247,16 +247,25 @@ def local_train(loss_fn: LossFn, optimizer: optax.GradientTransformation,
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def step(carry, inputs):
+  def sgd_step(carry, bidx, bmask, skey):
     params, model_state, opt_state = carry
-    bidx, bmask, skey = inputs
     batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype, normalization=normalization)
     batch = batch._replace(x=augment_batch(jax.random.fold_in(skey, 1), batch.x, augment))
     (loss, new_model_state), grads = grad_fn(params, model_state, batch, skey)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
     new = (optax.apply_updates(params, updates), new_model_state, new_opt_state)
+    return new, loss.astype(jnp.float32)
+
+  def step(carry, inputs):
+    bidx, bmask, skey = inputs
     valid = jnp.any(bmask)
-    return select_tree(valid, new, carry), (jnp.where(valid, loss, 0.0), valid)
+    # A step over padding only (a client with fewer steps than the group's longest) is
+    # skipped: `cond` runs one branch in a loop (CPU's lax.map over clients); under vmap
+    # it becomes a select of both, as before.
+    carry, loss = jax.lax.cond(valid, sgd_step,
+                               lambda c, *_: (c, jnp.zeros((), jnp.float32)),
+                               carry, bidx, bmask, skey)
+    return carry, (loss, valid)
 
   def epoch(carry, ekey):
     shuffle_key, step_key = jax.random.split(ekey)
@@ -287,11 +296,14 @@ def evaluate_client(predict_fn: Callable[[jax.Array], jax.Array],
   """
   chunks = (idx.reshape(-1, batch_size), mask.reshape(-1, batch_size))
 
-  def chunk(args):
-    bidx, bmask = args
+  def count(bidx, bmask):
     batch = make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype, normalization=normalization)
     pred = jnp.argmax(predict_fn(batch.x), axis=-1)
-    return jnp.sum((pred == batch.y) & bmask)
+    return jnp.sum((pred == batch.y) & bmask).astype(jnp.int32)
+
+  def chunk(args):  # a chunk of padding only is skipped (see local_train's step)
+    return jax.lax.cond(jnp.any(args[1]), count, lambda *_: jnp.zeros((), jnp.int32),
+                        *args)
 
   correct = jnp.sum(jax.lax.map(chunk, chunks))
   return correct.astype(jnp.float32), jnp.sum(mask).astype(jnp.float32)

@@ -95,3 +95,51 @@ def test_torch_reference_matches_our_networks():
   sec = tr.time_round("fedmrl", clients=2, examples=20, batch=10, device="cpu",
                       arch="tiny", threads=1, repeats=1, warmup=0)
   assert math.isfinite(sec) and sec > 0
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install -e '.[bench]')")
+def test_protocol_table_times_our_run_and_torch_on_the_same_clients(tiny_config, tmp_path):
+  """--protocol: one row for ours and one per torch thread count, positive figures; the
+  torch loop gets every client with its own architecture and examples."""
+  config = tiny_config("fedmrl", models="tiny,cnn5",
+                       overrides={"num_clients": 4, "algo.small_arch": "tiny",
+                                  "algo.d1": 16})
+  exp = compare.loop.prepare(compare.config_lib.with_algo_defaults(config))
+  clients = compare.protocol_clients(exp)
+  assert [c[0] for c in clients] == ["tiny", "cnn5", "tiny", "cnn5"]
+  index = exp.data.groups[0]
+  assert len(clients[0][1]) == int(index.num_train[0])
+  assert len(clients[0][3]) == int(index.num_test[0])
+  table = compare.protocol_table(config, rounds=1, repeats=1, torch_threads=[1],
+                                 workdir=str(tmp_path)).splitlines()
+  assert [row.split("|")[2].strip() for row in table[2:]] == ["ours", "torch-1t"]
+  for row in table[2:]:
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[2]) > 0 and 0 <= float(cells[6]) <= 1
+  assert float(table[2].split("|")[5]) > 0  # our compile seconds
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install -e '.[bench]')")
+def test_torch_protocol_federation_standalone_and_fedmrl():
+  """The torch loop of --protocol: a round trains and evaluates every client; FedMRL's
+  shared small model ends as the example-weighted mean of the clients' copies."""
+  import numpy as np
+  import torch
+  import torch_reference as tr
+
+  rng = np.random.default_rng(0)
+  data = lambda n: (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                    rng.integers(0, 10, n))
+  clients = [("tiny", *data(n), *data(5)) for n in (12, 20)]
+  for algorithm in tr.PROTOCOL_ALGORITHMS:
+    walls, cpus, acc = tr.time_protocol(algorithm, clients, rounds=1, warmup=0, threads=1,
+                                        batch=8, momentum=0.9, weight_decay=1e-3,
+                                        grad_clip=50.0, d1=16, small_arch="tiny",
+                                        device="cpu")
+    assert walls[0] > 0 and cpus[0] > 0 and 0 <= acc <= 1
+  fed = tr.ProtocolFederation("fedmrl", clients, batch=8, d1=16, small_arch="tiny",
+                              evaluate=False, device="cpu")  # keeps the trained copies
+  fed.round()
+  for name, v in fed.global_state.items():
+    mean = sum(n * m.small.state_dict()[name] for n, m in zip((12, 20), fed.models)) / 32
+    torch.testing.assert_close(v, mean)

@@ -233,3 +233,64 @@ def test_im2col_conv_equals_lax_conv_with_the_same_parameters():
   out = One(True).apply(p_lax, x)
   chex.assert_shape(out, (3, 8, 8, 6))
   np.testing.assert_allclose(out, One(False).apply(p_lax, x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 6, 3), (1, 7, 9, 2)])
+def test_reshape_max_pool_equals_nn_max_pool_with_its_gradient(shape):
+  """Values and gradients equal ``nn.max_pool``'s, ties included (first maximum of a
+  window in row-major order), odd sizes dropping the last row / column."""
+  import flax.linen as nn
+  from fedjax_het.models import cnn
+
+  x = jax.random.normal(jax.random.PRNGKey(0), shape)
+  x = jnp.where(x < 0, 0.0, jnp.round(x * 2) / 2)  # ReLU-like zeros and exact ties
+  ref = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2))
+  ours = lambda x: cnn.max_pool(x, reshape=True)
+  np.testing.assert_array_equal(ours(x), ref(x))
+  # channels first ([C, B, H, W], pooled over axes 2, 3) is the same pool
+  to_cf, from_cf = (lambda a: jnp.transpose(a, (3, 0, 1, 2))), (
+      lambda a: jnp.transpose(a, (1, 2, 3, 0)))
+  cf = lambda x: from_cf(cnn.pool_2x2(to_cf(x), 2))
+  np.testing.assert_array_equal(cf(x), ref(x))
+  g = jax.random.normal(jax.random.PRNGKey(1), ref(x).shape)
+  grad = lambda f: jax.grad(lambda x: jnp.sum(f(x) * g))(x)
+  np.testing.assert_array_equal(grad(ours), grad(ref))
+  np.testing.assert_array_equal(grad(cf), grad(ref))
+  # a window of four equal values sends its whole gradient to its top-left element
+  one = jax.grad(lambda x: jnp.sum(cnn.max_pool(x, reshape=True)))(jnp.ones((1, 2, 2, 1)))
+  np.testing.assert_array_equal(one[0, :, :, 0], [[1, 0], [0, 0]])
+
+
+def test_channels_first_conv_and_its_gradient_equal_lax_conv():
+  """``conv_cf`` (im2col loop, col2im loop) against ``lax.conv`` on odd sizes."""
+  from fedjax_het.models import cnn
+
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, 11, 9, 4))  # NHWC
+  k = jax.random.normal(jax.random.PRNGKey(1), (5, 5, 4, 6))
+  b = jax.random.normal(jax.random.PRNGKey(2), (6,))
+  ref = lambda x, k, b: jax.lax.conv_general_dilated(
+      x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+  ours = lambda x, k, b: jnp.transpose(
+      cnn.conv_cf(jnp.transpose(x, (3, 0, 1, 2)), k, b), (1, 2, 3, 0))
+  np.testing.assert_allclose(ours(x, k, b), ref(x, k, b), rtol=1e-5, atol=1e-5)
+  g = jax.random.normal(jax.random.PRNGKey(3), (3, 7, 5, 6))
+  grads = lambda f: jax.grad(lambda *a: jnp.sum(f(*a) * g), argnums=(0, 1, 2))(x, k, b)
+  for a, r in zip(grads(ours), grads(ref)):
+    np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["cnn1", "cnn2"])
+def test_channels_first_extractor_equals_nhwc_extractor(arch):
+  """Same parameters, features and gradients (to float rounding) in both layouts."""
+  from fedjax_het.models import cnn
+
+  spec = models.arch_spec(arch)
+  make = lambda cf: cnn.CNNExtractor(spec.conv_features, spec.fc_features, 500,
+                                     channels_first=cf)
+  x = jax.random.normal(jax.random.PRNGKey(0), (4, 32, 32, 3))
+  params = make(False).init(jax.random.PRNGKey(1), x)
+  chex.assert_trees_all_equal(params, make(True).init(jax.random.PRNGKey(1), x))
+  (rep_a, feats_a), (rep_b, feats_b) = make(False).apply(params, x), make(True).apply(params, x)
+  chex.assert_trees_all_close((rep_a, feats_a), (rep_b, feats_b), rtol=1e-5, atol=1e-5)
+  grad = lambda cf: jax.grad(lambda p: jnp.sum(make(cf).apply(p, x)[0] ** 2))(params)
+  chex.assert_trees_all_close(grad(True), grad(False), rtol=1e-4, atol=1e-5)
