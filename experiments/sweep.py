@@ -2,7 +2,7 @@ r"""Runs a grid of experiments (algorithms x settings x seeds) and tabulates the
 
   python experiments/sweep.py --sweep=experiments/sweeps/smoke.py --sweep_dir=/tmp/sweep
   python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \
-      --sweep_dir=runs/paper_cpu --dry_run      # list the runs, run nothing
+      --sweep_dir=results/paper_cpu --dry_run      # list the runs, run nothing
 
 The command line of ``fedjax_het.sweeps.runner`` (see its docstring for the details).
 """

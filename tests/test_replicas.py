@@ -3,6 +3,7 @@ import json
 import os
 import time
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -73,9 +74,28 @@ def _config(tiny_config, seed, **overrides):
       "data.augment": "flip_crop_erase", "checkpoint_every": 2, **overrides})
 
 
-def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry):
+def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
+  data = federated.FederatedData(
+      x=np.arange(6.0).reshape(3, 2),  # shared (axis None)
+      y=np.array([[1.0, 2.0], [3.0, 4.0]]),  # stacked: replica r reads row r
+      groups=())
+  axes = federated.FederatedData(x=None, y=0, groups=())
+  state = np.array([10.0, 20.0])
+  fn = lambda s, d: (s + d.x.sum() * d.y[0], d.y * s)  # noqa: E731
+  outs = [jax.jit(loop.map_replicas(fn, axes, p))(state, data)
+          for p in ("sequential", "vmap")]
+  chex.assert_trees_all_close(outs[0], outs[1])
+  chex.assert_trees_all_close(outs[0][0], np.array([10.0 + 15.0, 20.0 + 45.0]))
+  chex.assert_shape(outs[0][1], (2, 2))
+
+
+@pytest.mark.parametrize("parallelism", ["auto", "vmap"])  # CPU's auto: a lax.map
+def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry,
+                                                     parallelism):
   seeds = (0, 1)
   configs = [_config(tiny_config, s) for s in seeds]
+  for c in configs:
+    c.runtime.client_parallelism = parallelism
   widths = {tuple(g.train_idx.shape[1] for g in loop.prepare(c, place=False).data.groups)
             for c in configs}
   assert len(widths) > 1  # the seeds' tables have other widths: padding is exercised

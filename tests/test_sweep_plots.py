@@ -78,6 +78,8 @@ def test_mean_std_and_durations():
   assert sweep.sweep_eta([], 3) is None
   assert sweep.sweep_eta([10.0, 20.0], 2, elapsed=5.0) == 15 * 2 + 10
   assert sweep.sweep_eta([], 1, elapsed=4.0, fraction=0.5) == 8 + 4
+  # a run slower than the mean so far: its own progress counts for its remaining time
+  assert sweep.sweep_eta([10.0], 2, elapsed=30.0, fraction=0.5) == 10 * 2 + 30
 
 
 def test_markdown_table_layout_mean_std_and_bold():

@@ -7,7 +7,7 @@ holders; both evaluation protocols are reported. ``paper_cpu.py`` is the same se
 under the papers' protocol; docs/results.md shows both.
 
   python experiments/sweep.py --sweep=experiments/sweeps/cpu_table.py \
-      --sweep_dir=runs/cpu_table
+      --sweep_dir=results/cpu_table
 """
 import ml_collections
 

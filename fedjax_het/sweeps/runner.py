@@ -268,17 +268,18 @@ def sweep_eta(durations: Sequence[float], runs_after: int, elapsed: float = 0.0,
     fraction: rounds done / rounds of the current run (0 before its first evaluation).
 
   Returns:
-    ``per_run * runs_after + max(per_run - elapsed, 0)`` with ``per_run`` the mean of
-    ``durations``, or, before any run finished, ``elapsed / fraction``; None when neither
-    is known.
+    ``per_run * runs_after + left_now``: ``per_run`` the mean of ``durations`` (before
+    any run finished, the current run's projection ``elapsed / fraction``); ``left_now``
+    is ``per_run - elapsed`` while the current run is within the mean, and the run's own
+    projection ``elapsed / fraction - elapsed`` once it has outlasted it (runs of one
+    sweep can differ 2x in cost); None when neither is known.
   """
-  if durations:
-    per_run = float(np.mean(durations))
-  elif fraction > 0:
-    per_run = elapsed / fraction
-  else:
+  own = elapsed / fraction if fraction > 0 else None
+  per_run = float(np.mean(durations)) if durations else own
+  if per_run is None:
     return None
-  return per_run * runs_after + max(per_run - elapsed, 0.0)
+  left_now = per_run - elapsed if per_run > elapsed or own is None else own - elapsed
+  return per_run * runs_after + max(left_now, 0.0)
 
 
 def run_prefix(position: int, total: int, run: Run) -> str:

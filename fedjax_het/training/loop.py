@@ -21,6 +21,7 @@ import numpy as np
 
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
+from fedjax_het import clients as clients_lib
 from fedjax_het import distributed, models, sharding
 from fedjax_het.algorithms import Algorithm, Runtime, State, get_spec
 from fedjax_het.data import partition_file
@@ -204,8 +205,9 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
                            exp.runtime.mesh, replicas)
   one_round, evaluate = round_with_checks(alg), alg.evaluate
   if replicas:
-    one_round = jax.vmap(one_round, in_axes=(0, data_axes))
-    evaluate = jax.vmap(evaluate, in_axes=(0, data_axes))
+    parallelism = exp.runtime.client_parallelism
+    one_round = map_replicas(one_round, data_axes, parallelism)
+    evaluate = map_replicas(evaluate, data_axes, parallelism)
 
   def zeros(tree, lead=()):
     return jax.tree.map(lambda a: jnp.zeros(lead + a.shape, a.dtype), tree)
@@ -234,6 +236,41 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
         lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), state, rows, accuracies))
     return state, rows, accuracies
   return dispatch
+
+
+def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
+  """``fn(state, data)`` over a leading replica axis (``run_seeds``), as clients are mapped.
+
+  ``parallelism`` as ``runtime.client_parallelism`` (``clients.resolve_parallelism``):
+  ``vmap`` batches the replicas into one computation (accelerators: small runs fill the
+  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran 2x slower than
+  a loop) runs them one after the other with ``lax.map`` inside the one program, so S
+  seeds still compile, load their data and dispatch once.
+
+  Args:
+    fn: ``(state, data) -> out`` of one run.
+    data_axes: the replica axis of each data leaf (0 or None: shared), a prefix tree of
+      the data (``federated.stack_replicas``).
+    parallelism: 'auto', 'vmap' or 'sequential'.
+
+  Returns:
+    ``(stacked state, stacked data) -> out`` with the replica axis leading every output.
+  """
+  if clients_lib.resolve_parallelism(parallelism) == "vmap":
+    return jax.vmap(fn, in_axes=(0, data_axes))
+  is_axis = lambda a: a is None or isinstance(a, int)  # noqa: E731
+
+  def mapped(state, data):
+    stacked = jax.tree.map(lambda ax, d: d if ax == 0 else None, data_axes, data,
+                           is_leaf=is_axis)
+
+    def one(args):
+      replica_state, replica_part = args
+      replica_data = jax.tree.map(lambda ax, part, d: part if ax == 0 else d,
+                                  data_axes, replica_part, data, is_leaf=is_axis)
+      return fn(replica_state, replica_data)
+    return jax.lax.map(one, (state, stacked))
+  return mapped
 
 
 def finite_groups(state: State) -> jax.Array:
@@ -530,9 +567,11 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
   """Runs S configs that differ only in ``seed`` as ONE compiled program.
 
   Every seed has its own partition, initialisation, client sampling and augmentation
-  keys, as in S separate ``run`` calls; the rounds of all seeds are ``jax.vmap``-ed over
-  a leading replica axis (each seed's client tables padded to the widest, which changes
-  no step), so small runs fill an accelerator and the program compiles once. Each seed
+  keys, as in S separate ``run`` calls; the rounds of all seeds run on a leading replica
+  axis (each seed's client tables padded to the widest, which changes no step):
+  ``jax.vmap``-ed where clients are (accelerators: small runs fill the device), a
+  ``lax.map`` on XLA:CPU (``map_replicas``); the program compiles once and the data is
+  read once. Each seed
   writes the files of a separate run into its own workdir (``run`` with that seed's
   config resumes them, and the other way round); the per-seed metrics equal separate
   runs' to float tolerance (tests/test_replicas.py).
@@ -674,7 +713,8 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
       raise DeadlineReached(r, config.num_rounds)
   if runs[0].acc is None:  # resumed a finished run: evaluate the restored state
     if batched:
-      counts = jax.jit(jax.vmap(exp.algorithm.evaluate, in_axes=(0, data_axes)))(state, data)
+      counts = jax.jit(map_replicas(exp.algorithm.evaluate, data_axes,
+                                    exp.runtime.client_parallelism))(state, data)
     else:
       counts = evaluate(state, data)
     counts = distributed.to_host(counts)
