@@ -4,11 +4,12 @@ r"""bf16 compute against float32 on CPU: the ``:cpu`` runs of FedMRL and FedMoE 
 parameters, optimizer state, loss and softmax in float32 (``docs/performance.md``). The
 issue's check: a short run's accuracy within 1 point of float32's. The ``:cpu`` variant:
 N=10, C=100 %, the first 6000 pooled CIFAR-10 examples, 20 rounds of one epoch, SGD
-momentum 0.9; one seed. XLA:CPU has no fast bf16 convolutions, so the bf16 runs are not
-faster here; on a GPU bf16 is about speed.
+momentum 0.9; three seeds (one 20-round run's accuracy moves by a few points from one
+evaluation to the next, so a single pair cannot resolve 1 point). XLA:CPU has no fast
+bf16 convolutions, so the bf16 runs are slower here; on a GPU bf16 is about speed.
 
   python experiments/sweep.py --sweep=experiments/sweeps/bf16_cpu.py \
-      --sweep_dir=results/bf16_cpu
+      --sweep_dir=results/bf16_cpu --seed_batch=2
 """
 import ml_collections
 
@@ -21,7 +22,7 @@ def get_config():
       "float32": {"runtime.compute_dtype": "float32"},
       "bfloat16": {"runtime.compute_dtype": "bfloat16"},
   }, allow_dotted_keys=True, sort_keys=False)
-  c.seeds = (0,)
+  c.seeds = (0, 1, 2)
   c.base_overrides = ml_collections.ConfigDict({}, allow_dotted_keys=True)
   c.algorithm_overrides = ml_collections.ConfigDict({}, allow_dotted_keys=True)
   return c
