@@ -10,9 +10,9 @@ from fedjax_het.training import loop
 from conftest import assert_server_holds_no_client_leaf
 
 
-def _nets(use_mrl=True, d1=20):
+def _nets(use_mrl=True, d1=20, dtype=jnp.float32):
   return fedmrl.FedMRLNets("tiny", small_arch="tiny", d1=d1, num_classes=10,
-                           use_mrl=use_mrl, dtype=jnp.float32)
+                           use_mrl=use_mrl, dtype=dtype)
 
 
 def test_matryoshka_slices_have_config_widths():
@@ -29,6 +29,19 @@ def test_matryoshka_slices_have_config_widths():
   rep2 = rep.at[:, 20:].add(5.0)
   np.testing.assert_allclose(net.heads(params, rep2)[0], small, rtol=1e-6)
   assert not np.allclose(net.heads(params, rep2)[1], large)
+
+
+def test_bf16_compute_keeps_projector_and_heads_in_float32():
+  net, ref = _nets(d1=20, dtype=jnp.bfloat16), _nets(d1=20)
+  params = net.init(jax.random.PRNGKey(0))
+  chex.assert_trees_all_equal_structs(params, ref.init(jax.random.PRNGKey(0)))
+  x = jnp.ones((3, 32, 32, 3))
+  assert fedmrl.models.extract(net.small, params["global"], x).dtype == jnp.bfloat16
+  rep = net.fused(params, x)
+  assert rep.dtype == jnp.float32
+  assert [h.dtype for h in net.heads(params, rep)] == [jnp.float32, jnp.float32]
+  # the extractors' bf16 is the only difference from float32 compute
+  np.testing.assert_allclose(rep, ref.fused(params, x), atol=0.05, rtol=0.05)
 
 
 def test_without_mrl_heads_read_disjoint_slices():
