@@ -70,8 +70,9 @@ class FedMRLNets:
     self.small = make(small_arch, d1, dtype)
     self.large = make(arch, LOCAL_REP_DIM, dtype)
     # The projector and the two heads on the fused representation compute in float32
-    # whatever ``dtype`` (same parameters; the heads' copies differ only in dtype): in
-    # bf16 they cost FedMRL 1-2 points of accuracy on CPU (docs/performance.md).
+    # whatever ``dtype`` (same parameters; the heads' copies differ only in dtype): small
+    # layers, kept in float32 as mixed precision keeps a network's last layers
+    # (docs/performance.md has the bf16 check).
     self.small_head = make(small_arch, d1, jnp.float32)
     self.large_head = make(arch, LOCAL_REP_DIM, jnp.float32)
     self.d1, self.use_mrl, self.image_shape = d1, use_mrl, image_shape
