@@ -22,8 +22,9 @@ Table 1 reports FedMRL above the best baseline in every cell. With 50x fewer epo
 a tenth of the data our accuracies are 5-6 points lower throughout; the papers' own
 budget is ``paper_table.py`` (a GPU's work: docs/performance.md). Seed 0 of every method runs first (Standalone, FedMRL and FedMoE
 about 2-4 minutes each on 2 CPU cores, all ten about 35 minutes), then seeds 1 and 2
-method by method; ``--seed_batch=2`` runs a cell's two together (one program, one
-compilation, 1.4x faster than one after the other on CPU: docs/performance.md) and
+method by method; ``--seed_batch=2`` runs a cell's two together (one program: the data is
+read and the program loaded once, about 30 s less per extra seed on CPU, while the
+rounds take as long as one after the other: docs/performance.md) and
 ``--budget_min`` stops in time (a rerun continues).
 
   python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from fedjax_het import clients as clients_lib
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
-from fedjax_het import clients as clients_lib
 from fedjax_het import distributed, models, sharding
 from fedjax_het.algorithms import Algorithm, Runtime, State, get_spec
 from fedjax_het.data import partition_file
