@@ -25,7 +25,10 @@ about 2-4 minutes each on 2 CPU cores, all ten about 35 minutes), then seeds 1 a
 method by method; ``--seed_batch=2`` runs a cell's two together (one program: the data is
 read and the program loaded once, about 30 s less per extra seed on CPU, while the
 rounds take as long as one after the other: docs/performance.md) and
-``--budget_min`` stops in time (a rerun continues).
+``--budget_min`` stops in time (a rerun continues). While only some methods have all
+three seeds, a row marked ``(n=1)`` is seed 0 alone, and seed 0's partition was the
+easiest of the three for every method that has all three: compare such rows with the
+seed-0 rows of results.csv, not with the 3-seed means (nor trust the bold).
 
   python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \
       --sweep_dir=results/paper_cpu --seed_batch=2 --budget_min=60
