@@ -102,9 +102,9 @@ def cpu_kernels() -> bool:
 # all 25 windows made XLA:CPU materialise every window first). Its transpose, col2im, is
 # a loop over the kh*kw offsets: unrolled, XLA:CPU fused the 25-term sum into the
 # pooling gradient that consumes it and recomputed it for each of the four positions of
-# a window. Pooling has an elementwise gradient instead of XLA:CPU's scatter. With them
-# a FedMRL round of the :cpu config takes 2.6 s where the issue measured 7.2 s
-# (docs/performance.md).
+# a window. Pooling has an elementwise gradient instead of XLA:CPU's scatter. With these
+# kernels and the in-dispatch evaluation, a FedMRL round of the :cpu config takes 2.6 s
+# where 7.2 s were measured before (docs/performance.md).
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
