@@ -35,15 +35,14 @@ seed-0 rows of results.csv, not with the 3-seed means (nor trust the bold).
   python experiments/results_page.py --sweep_dir=results/paper_cpu --out=docs/results.md \
       --earlier=results/cpu_table
 """
-import importlib.util
 import os
 
 import ml_collections
 
-_spec = importlib.util.spec_from_file_location(
-    "paper_table", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
-paper_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paper_table)
+from fedjax_het.sweeps import runner
+
+paper_table = runner.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
 
 
 def get_config():

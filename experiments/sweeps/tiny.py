@@ -10,15 +10,14 @@ accuracy.
   python experiments/sweep.py --sweep=experiments/sweeps/tiny.py --sweep_dir=/tmp/tiny \
       --seed_batch=2
 """
-import importlib.util
 import os
 
 import ml_collections
 
-_spec = importlib.util.spec_from_file_location(
-    "paper_table", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
-paper_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paper_table)
+from fedjax_het.sweeps import runner
+
+paper_table = runner.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
 
 
 def get_config():

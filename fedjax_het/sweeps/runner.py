@@ -102,14 +102,20 @@ class Run:
 # ----------------------------------------------------------------------------- planning
 
 
-def load_config_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """``get_config(arg)`` of a Python config file, as ``config_flags`` loads it."""
+def load_module(path: str):
+  """The Python file ``path`` imported as a module (a sweep file, or one it builds on)."""
   if not os.path.exists(path):
     raise FileNotFoundError(f"config file {path} does not exist")
   name = "_sweep_config_" + re.sub(r"\W", "_", os.path.abspath(path))
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+def load_config_file(path: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """``get_config(arg)`` of a Python config file, as ``config_flags`` loads it."""
+  module = load_module(path)
   return module.get_config(arg) if arg else module.get_config()
 
 
