@@ -77,9 +77,28 @@ def test_mean_std_and_durations():
       "?", "12s", "4m10s", "1h02m"]
   assert sweep.sweep_eta([], 3) is None
   assert sweep.sweep_eta([10.0, 20.0], 2, elapsed=5.0) == 15 * 2 + 10
-  assert sweep.sweep_eta([], 1, elapsed=4.0, fraction=0.5) == 8 + 4
+  assert sweep.sweep_eta([], 1, elapsed=4.0, projected=8.0) == 8 + 4
   # a run slower than the mean so far: its own progress counts for its remaining time
-  assert sweep.sweep_eta([10.0], 2, elapsed=30.0, fraction=0.5) == 10 * 2 + 30
+  assert sweep.sweep_eta([10.0], 2, elapsed=30.0, projected=60.0) == 10 * 2 + 30
+  # ... and so does a faster one
+  assert sweep.sweep_eta([10.0], 2, elapsed=2.0, projected=4.0) == 10 * 2 + 2
+  # the projection starts after the first round line: compile time is not extrapolated
+  assert sweep.projected_duration((20.0, 0.05), (20.0, 0.05)) is None
+  assert sweep.projected_duration((20.0, 0.05), (25.0, 0.10)) == pytest.approx(20 + 5 * 19)
+
+
+def test_prefixed_log_eta_ignores_compile_time():
+  clock, lines = [0.0], []
+  log = sweep.prefixed_log(lines.append, "[1/2] x", lambda: clock[0],
+                           lambda now, projected: sweep.sweep_eta([], 1, now, projected))
+  clock[0] = 20.0  # compile + round 1 of 20
+  log("round 1/20 | acc")
+  clock[0] = 22.0
+  log("compiled in 18s")
+  clock[0] = 24.0
+  log("round 2/20 | acc")  # 4 s a round from here: 20 + 19 * 4 = 96 s a run; 72 + 96 left
+  assert [l.rsplit("sweep ETA ", 1)[1] for l in lines] == ["?", "?", "2m48s"]
+  assert lines[0].startswith("[1/2] x | round 1/20 | acc | ")
 
 
 def test_markdown_table_layout_mean_std_and_bold():
@@ -286,6 +305,15 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
                                  earlier=(sweep_dir,))
   assert both.startswith(page) and f"## Earlier sweep: {sweep_dir}" in both
   assert both.count("| Method | N=4,C=100% |") == 2 * page.count("| Method | N=4,C=100% |")
+  # A section of seed-matched differences against a method, before the figures.
+  with_paired = results_page.write_page(sweep_dir, out, page_path, command="python page",
+                                        paired="standalone")
+  section = with_paired[with_paired.index("## Paired against standalone"):]
+  row = [l for l in section.splitlines() if l.startswith("| fedavg / ")]
+  assert len(row) == 1 and row[0].split(" | ")[1:3] == [f"standalone / {SETTING}", "2"]
+  assert section.index("| fedavg / ") < section.index("## Figures")
+  with pytest.raises(ValueError, match="no method or setting"):
+    results_page.write_page(sweep_dir, out, page_path, paired="fedmrl")
 
 
 def _random_state(abstract, seed=0):

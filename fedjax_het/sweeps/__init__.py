@@ -6,6 +6,10 @@
   matplotlib and tensorboardX); ``experiments/plots.py``.
 - ``results_page``: ``docs/results.md`` from a sweep and its figures;
   ``experiments/results_page.py``.
+- ``paired``: seed-matched differences between a sweep's methods or settings (mean and
+  standard error); ``experiments/paired.py``.
+- ``rundirs``: reading run directories (metrics, summary, place in the grid), shared by
+  ``plots`` and ``paired``.
 
 Nothing is imported here, so ``fedjax_het.sweeps.runner`` works without matplotlib.
 """

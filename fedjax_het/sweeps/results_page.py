@@ -16,6 +16,7 @@ import shlex
 import sys
 from typing import Sequence
 
+from fedjax_het.sweeps import paired as paired_lib
 from fedjax_het.sweeps import plots as plots_lib
 from fedjax_het.sweeps import runner as sweep_lib
 
@@ -45,7 +46,7 @@ def figure_section(figures: Sequence[dict], plots_dir: str, page_dir: str,
 
 def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None, *,
                 sweep_dir: str, plots_dir: str, page_path: str,
-                page_command: str | None, about: str = "") -> str:
+                page_command: str | None, about: str = "", paired: str = "") -> str:
   """The page's Markdown text.
 
   Args:
@@ -57,6 +58,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
     page_path: where the page will be written (figure links are relative to it).
     page_command: the command that generated the page.
     about: the sweep file's docstring (what the sweep is, and is not), or "".
+    paired: a section of seed-matched differences (``paired_section``), or "".
   """
   runs = sweep_info["runs"]
   methods = list(dict.fromkeys(r["algorithm"] for r in runs))
@@ -79,7 +81,8 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
            "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", "",
            sweep_lib.results_markdown(rows, methods=methods, settings=settings,
                                       seeds=seeds),
-           f"Per-run numbers: [results.csv]({csv_link}).", ""]
+           f"Per-run numbers: [results.csv]({csv_link}).", "",
+           *([paired] if paired else [])]
   if plots_info:
     lines += figure_section(plots_info["figures"], plots_dir, page_dir, settings)
     lines += [f"TensorBoard logs of every run: `tensorboard --logdir "
@@ -117,12 +120,27 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
       f"Per-run numbers: [results.csv]({csv_link}).", ""])
 
 
+def paired_section(sweep_dir: str, baseline: str, last_k: int = 5) -> str:
+  """Every other method (or setting) minus ``baseline``, seed by seed (``paired``)."""
+  table = paired_lib.paired_report(sweep_dir, baseline, last_k=last_k)
+  return "\n".join([
+      f"## Paired against {baseline}", "",
+      "Runs of one cell at the same seed share the partition, so a method's difference "
+      f"from {baseline} at each seed, averaged over the seeds, says more than the "
+      "difference of the means above, whose spread is mostly the partition's (`python "
+      f"experiments/paired.py --sweep_dir={sweep_dir} --baseline={baseline} "
+      "--per_seed` lists every seed). A single seed has no standard error.", "",
+      table])
+
+
 def write_page(sweep_dir: str, plots_dir: str | None, out: str,
-               command: str | None = None, earlier: tuple[str, ...] = ()) -> str:
+               command: str | None = None, earlier: tuple[str, ...] = (),
+               paired: str | None = None) -> str:
   """Reads the sweep's and the plots' records and writes the page to ``out``.
 
   ``earlier``: other sweep directories whose tables follow, for comparison (e.g. the
-  same methods under an earlier protocol).
+  same methods under an earlier protocol). ``paired``: a method or setting to subtract
+  seed by seed in a section after the tables (``paired_section``).
   """
   sweep_info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
@@ -132,7 +150,8 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
                 if plots_json and os.path.exists(plots_json) else None)
   text = render_page(sweep_info, rows, plots_info, sweep_dir=sweep_dir,
                      plots_dir=plots_dir or "", page_path=out, page_command=command,
-                     about=sweep_docstring(sweep_info.get("command", "")))
+                     about=sweep_docstring(sweep_info.get("command", "")),
+                     paired=paired_section(sweep_dir, paired) if paired else "")
   for other in earlier:
     text += "\n" + earlier_section(other, out)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -141,7 +160,8 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
 
 
 def cli() -> None:
-  """The command line: ``--sweep_dir``, ``--plots_dir``, ``--out``."""
+  """The command line: ``--sweep_dir``, ``--plots_dir``, ``--out``, ``--earlier``,
+  ``--paired``."""
   from absl import app, flags  # noqa: PLC0415
 
   sweep_flag = flags.DEFINE_string("sweep_dir", None, "The sweep directory.")
@@ -150,6 +170,8 @@ def cli() -> None:
   out_flag = flags.DEFINE_string("out", None, "The Markdown file to write.")
   earlier_flag = flags.DEFINE_list("earlier", [], "Earlier sweep directories whose tables "
                                    "follow the main one's, for comparison.")
+  paired_flag = flags.DEFINE_string("paired", None, "A method (or setting) every other "
+                                    "is compared with seed by seed (experiments/paired.py).")
   flags.mark_flags_as_required(["sweep_dir", "out"])
 
   def main(argv):
@@ -157,8 +179,8 @@ def cli() -> None:
     try:
       write_page(sweep_flag.value, plots_flag.value, out_flag.value,
                  command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-                 earlier=tuple(earlier_flag.value))
-    except FileNotFoundError as err:
+                 earlier=tuple(earlier_flag.value), paired=paired_flag.value)
+    except (FileNotFoundError, ValueError) as err:
       sys.exit(f"error: {err}")
     print(f"wrote {out_flag.value}", flush=True)
 

@@ -264,28 +264,47 @@ def format_duration(seconds: float | None) -> str:
 
 
 def sweep_eta(durations: Sequence[float], runs_after: int, elapsed: float = 0.0,
-              fraction: float = 0.0) -> float | None:
-  """Seconds left in a sweep, from the runs finished so far.
+              projected: float | None = None) -> float | None:
+  """Seconds left in a sweep, from the runs finished so far and the current one's pace.
 
   Args:
     durations: wall seconds of the runs this sweep computed so far.
     runs_after: runs still to compute after the current one.
     elapsed: seconds spent on the current run.
-    fraction: rounds done / rounds of the current run (0 before its first evaluation).
+    projected: the current run's total seconds projected from its own rounds
+      (``projected_duration``), or None before it has two evaluated rounds.
 
   Returns:
     ``per_run * runs_after + left_now``: ``per_run`` the mean of ``durations`` (before
-    any run finished, the current run's projection ``elapsed / fraction``); ``left_now``
-    is ``per_run - elapsed`` while the current run is within the mean, and the run's own
-    projection ``elapsed / fraction - elapsed`` once it has outlasted it (runs of one
-    sweep can differ 2x in cost); None when neither is known.
+    any run finished, the current run's projection); ``left_now`` the current run's
+    projection less ``elapsed`` (runs of one sweep can differ 2x in cost), else
+    ``per_run - elapsed``; None when neither is known.
   """
-  own = elapsed / fraction if fraction > 0 else None
-  per_run = float(np.mean(durations)) if durations else own
+  per_run = float(np.mean(durations)) if durations else projected
   if per_run is None:
     return None
-  left_now = per_run - elapsed if per_run > elapsed or own is None else own - elapsed
+  left_now = (projected if projected is not None else per_run) - elapsed
   return per_run * runs_after + max(left_now, 0.0)
+
+
+def projected_duration(first: tuple[float, float], now: tuple[float, float]
+                       ) -> float | None:
+  """A run's total seconds, extrapolated from its pace after its first round line.
+
+  Args:
+    first: ``(elapsed seconds, fraction of rounds done)`` at the run's first
+      ``round r/R`` line: compilation and the first dispatch are behind it.
+    now: the same at the latest line.
+
+  Returns:
+    ``first's seconds + (1 - first's fraction) * seconds per fraction since first``, so
+    the compile time is not spread over the rounds to come; None until a later round
+    line than the first.
+  """
+  (t0, f0), (t1, f1) = first, now
+  if f1 <= f0:
+    return None
+  return t0 + (t1 - t0) / (f1 - f0) * (1.0 - f0)
 
 
 def run_prefix(position: int, total: int, run: Run) -> str:
@@ -293,23 +312,29 @@ def run_prefix(position: int, total: int, run: Run) -> str:
   return f"[{position}/{total}] {run.algorithm} | {run.setting} | seed {run.seed}"
 
 
-def prefixed_log(log: Callable[[str], None], prefix: str,
-                 eta: Callable[[float], float | None]) -> Callable[[str], None]:
+def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], float],
+                 eta: Callable[[float, float | None], float | None]
+                 ) -> Callable[[str], None]:
   """A ``log`` for ``loop.run`` adding the run's position and the sweep ETA to each line.
 
   Args:
     log: where lines go.
     prefix: ``run_prefix(...)``.
-    eta: ``fraction of the current run done -> seconds left in the sweep``; the fraction
-      is read from loop's ``round r/R`` lines.
+    elapsed: seconds spent on the current run so far.
+    eta: ``(elapsed, projected run seconds or None) -> seconds left in the sweep``; the
+      projection (``projected_duration``) reads loop's ``round r/R`` lines.
   """
-  fraction = [0.0]
+  first: list = []
+  projected: list = [None]
 
   def emit(line: str) -> None:
     m = ROUND_RE.match(line)
+    now = elapsed()
     if m:
-      fraction[0] = int(m.group(1)) / int(m.group(2))
-    log(f"{prefix} | {line} | sweep ETA {format_duration(eta(fraction[0]))}")
+      point = (now, int(m.group(1)) / int(m.group(2)))
+      first[:] = first or [point]
+      projected[0] = projected_duration(first[0], point)
+    log(f"{prefix} | {line} | sweep ETA {format_duration(eta(now, projected[0]))}")
 
   return emit
 
@@ -624,13 +649,14 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     prefix = batch_prefix(positions, len(runs), runs)
     todo -= len(batch)
     t0 = time.perf_counter()
-    eta = lambda frac, t0=t0, left=todo, k=len(batch): sweep_eta(  # noqa: E731
-        durations, left, (time.perf_counter() - t0) / k, frac)
+    elapsed = lambda t0=t0, k=len(batch): (time.perf_counter() - t0) / k  # noqa: E731
+    eta = lambda now, projected, left=todo: sweep_eta(  # noqa: E731
+        durations, left, now, projected)
     where = batch[0].workdir if len(batch) == 1 else os.path.join(
         os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
-    log(f"{prefix} | start -> {where} | sweep ETA {format_duration(eta(0.0))}")
+    log(f"{prefix} | start -> {where} | sweep ETA {format_duration(eta(0.0, None))}")
     try:
-      outcomes = run_batch(batch, prefixed_log(log, prefix, eta), deadline)
+      outcomes = run_batch(batch, prefixed_log(log, prefix, elapsed, eta), deadline)
     except loop.DeadlineReached as err:
       log(f"{prefix} | {err}; the sweep stops here, rerun to continue")
       break

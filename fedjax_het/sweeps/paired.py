@@ -1,0 +1,218 @@
+r"""Paired differences between a sweep's runs, matched by seed.
+
+  python experiments/paired.py --sweep_dir=results/bf16_fedmrl_cpu --baseline=float32
+  python experiments/paired.py --sweep_dir=results/paper_cpu --baseline=standalone
+
+Two runs of a sweep at the same seed share everything the seed draws that the grid does
+not change: within a setting every method gets the same partition (one partition per
+cell), and two settings that differ only in, say, ``runtime.compute_dtype`` share the
+partition, the initial keys and the sampling. The difference between them at one seed
+is therefore far less noisy than the difference between two means over seeds, whose
+spread is mostly the partition's. This module reports, for each pair of groups, the
+per-seed differences and their mean with its standard error (sample std / sqrt(n)).
+
+``--baseline`` names either a setting (each method's other settings against that
+setting: bf16 against float32) or a method (every other method against it within each
+setting: FedMRL against Standalone). Only finished runs (a ``summary.json``) count, and
+only seeds both groups finished.
+
+The metrics, in accuracy points (the runs' fractions x 100), for protocol (a)
+(``mean_test_acc``: every client, the server's shared parameters) and, where the runs
+evaluated it, protocol (b) (``sampled_test_acc``: the round's sampled clients after
+local training): ``final`` (the last evaluation), ``last k`` (the mean of the
+evaluations in the last ``k`` rounds, ``--last_k``; with evaluation every round a
+less noisy reading of where a run ends than its final evaluation alone) and ``best``
+(the best evaluated round; for (b) the best of every round, logged or not).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from fedjax_het.sweeps.rundirs import RunData, load_runs
+
+# (column title, metrics.jsonl key, statistic)
+METRICS = (
+    ("final (a)", "mean_test_acc", "final"),
+    ("last k (a)", "mean_test_acc", "last_k"),
+    ("best (a)", "mean_test_acc", "best"),
+    ("final (b)", "sampled_test_acc", "final"),
+    ("last k (b)", "sampled_test_acc", "last_k"),
+    ("best (b)", "sampled_test_acc", "best"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """One group against the baseline group, seed by seed.
+
+  Attributes:
+    method, setting: the compared group.
+    base_method, base_setting: the baseline group (one of them equals the compared
+      group's, the other is the baseline).
+    seeds: the seeds both groups finished, sorted.
+    diffs: column title -> per-seed differences in points [len(seeds)] (group minus
+      baseline); columns the runs lack are absent.
+    base: column title -> the baseline group's per-seed values in points.
+  """
+  method: str
+  setting: str
+  base_method: str
+  base_setting: str
+  seeds: tuple
+  diffs: dict
+  base: dict
+
+
+def run_metrics(rows: Sequence[dict], last_k: int) -> dict:
+  """A run's accuracies in points by column title (see ``METRICS``).
+
+  Args:
+    rows: the run's ``metrics.jsonl`` rows in round order.
+    last_k: ``last k`` averages the evaluations of rounds ``> final round - last_k``.
+
+  Returns:
+    ``{title: points}`` for every column whose key some row holds.
+  """
+  if last_k < 1:
+    raise ValueError(f"last_k must be >= 1, got {last_k}")
+  out = {}
+  for title, key, stat in METRICS:
+    evaluated = [(r["round"], r[key]) for r in rows if r.get(key) is not None]
+    if not evaluated:
+      continue
+    last_round = evaluated[-1][0]
+    if stat == "final":
+      value = evaluated[-1][1]
+    elif stat == "last_k":
+      value = float(np.mean([v for t, v in evaluated if t > last_round - last_k]))
+    else:
+      value = max(v for _, v in evaluated)
+      if key == "sampled_test_acc":  # the loop's running best covers unlogged rounds
+        value = max([value] + [r["best_sampled_test_acc"] for r in rows
+                               if r.get("best_sampled_test_acc") is not None])
+    out[title] = 100.0 * value
+  return out
+
+
+def group_values(runs: Sequence[RunData], last_k: int) -> dict:
+  """``{(method, setting): {seed: run_metrics}}`` over the finished runs."""
+  groups: dict = {}
+  for run in runs:
+    if run.per_client is None:  # no summary.json: the run has not finished
+      continue
+    groups.setdefault((run.method, run.setting), {})[run.seed] = run_metrics(
+        run.rows, last_k)
+  return groups
+
+
+def compare(groups: dict, baseline: str) -> list[Comparison]:
+  """Every group against ``baseline``, a setting or a method name of ``groups``.
+
+  Raises:
+    ValueError: ``baseline`` names no group, or both a method and a setting.
+  """
+  methods = list(dict.fromkeys(m for m, _ in groups))
+  settings = list(dict.fromkeys(s for _, s in groups))
+  is_setting, is_method = baseline in settings, baseline in methods
+  if is_setting == is_method:
+    what = "both a method and a setting" if is_setting else "no method or setting"
+    raise ValueError(f"--baseline={baseline!r} is {what} of the finished runs; methods: "
+                     f"{', '.join(methods) or '(none)'}; settings: "
+                     f"{', '.join(map(repr, settings)) or '(none)'}")
+  out = []
+  for (method, setting), values in groups.items():
+    base_key = (method, baseline) if is_setting else (baseline, setting)
+    if base_key == (method, setting) or base_key not in groups:
+      continue
+    base_values = groups[base_key]
+    seeds = tuple(sorted(set(values) & set(base_values)))
+    if not seeds:
+      continue
+    titles = [t for t, _, _ in METRICS
+              if all(t in values[s] and t in base_values[s] for s in seeds)]
+    out.append(Comparison(
+        method, setting, *base_key, seeds,
+        {t: np.array([values[s][t] - base_values[s][t] for s in seeds]) for t in titles},
+        {t: np.array([base_values[s][t] for s in seeds]) for t in titles}))
+  return out
+
+
+def mean_se(diffs: np.ndarray) -> tuple[float, float]:
+  """Mean and its standard error (sample std / sqrt(n); nan for a single value)."""
+  d = np.asarray(diffs, dtype=np.float64)
+  se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+  return float(d.mean()), se
+
+
+def _cell(diffs: np.ndarray) -> str:
+  mean, se = mean_se(diffs)
+  return f"{mean:+.2f}" + ("" if math.isnan(se) else f" ± {se:.2f}")
+
+
+def markdown(comparisons: Sequence[Comparison], *, last_k: int,
+             per_seed: bool = False) -> str:
+  """The table of mean differences (± standard error) and, if asked, per-seed values."""
+  if not comparisons:
+    return "No pair of groups shares a finished seed.\n"
+  titles = [t for t, _, _ in METRICS if any(t in c.diffs for c in comparisons)]
+  shown = [t.replace("last k", f"last {last_k}") for t in titles]
+  lines = [
+      "Group minus baseline, accuracy points, mean ± standard error over the seeds "
+      "both finished (n); `last k`: the mean of the evaluations in the last "
+      f"{last_k} rounds.", "",
+      "| group | baseline | n | " + " | ".join(shown) + " |",
+      "|---|---|---:|" + "---:|" * len(titles)]
+  for c in comparisons:
+    cells = [_cell(c.diffs[t]) if t in c.diffs else "–" for t in titles]
+    lines.append(f"| {c.method} / {c.setting} | {c.base_method} / {c.base_setting} | "
+                 f"{len(c.seeds)} | " + " | ".join(cells) + " |")
+  if per_seed:
+    for c in comparisons:
+      lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / "
+                f"{c.base_setting}, per seed ({', '.join(map(str, c.seeds))}):", ""]
+      for t, name in zip(titles, shown):
+        if t in c.diffs:
+          lines.append(f"- {name}: " + " / ".join(f"{d:+.2f}" for d in c.diffs[t])
+                       + f" (baseline {' / '.join(f'{b:.2f}' for b in c.base[t])})")
+  return "\n".join(lines) + "\n"
+
+
+def paired_report(sweep_dir: str, baseline: str, *, last_k: int = 5,
+                  per_seed: bool = False) -> str:
+  """The Markdown report of ``sweep_dir``'s groups against ``baseline``."""
+  runs = load_runs(sweep_dir)
+  if not runs:
+    raise FileNotFoundError(f"no run directories with metrics under {sweep_dir!r}")
+  return markdown(compare(group_values(runs, last_k), baseline), last_k=last_k,
+                  per_seed=per_seed)
+
+
+def cli() -> None:
+  """The command line: ``--sweep_dir``, ``--baseline``, ``--last_k``, ``--per_seed``."""
+  from absl import app, flags  # noqa: PLC0415
+
+  sweep_dir = flags.DEFINE_string("sweep_dir", None, "A sweep directory (or of runs).")
+  baseline = flags.DEFINE_string("baseline", None, "A setting or a method to subtract.")
+  last_k = flags.DEFINE_integer("last_k", 5, "Rounds averaged by the `last k` columns.")
+  per_seed = flags.DEFINE_bool("per_seed", False, "Also list every seed's difference.")
+  flags.mark_flags_as_required(["sweep_dir", "baseline"])
+
+  def main(argv):
+    del argv
+    try:
+      print(paired_report(sweep_dir.value, baseline.value, last_k=last_k.value,
+                          per_seed=per_seed.value), end="", flush=True)
+    except (ValueError, FileNotFoundError) as err:
+      print(f"error: {err}", file=sys.stderr, flush=True)
+      sys.exit(2)
+
+  app.run(main)
+
+
+if __name__ == "__main__":
+  cli()

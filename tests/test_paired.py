@@ -1,0 +1,141 @@
+"""Paired, seed-matched differences between a sweep's groups (fedjax_het.sweeps.paired)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedjax_het.sweeps import paired
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows(accs, sampled=None, best_sampled=None):
+  """metrics.jsonl rows for rounds 1..len(accs)."""
+  rows = []
+  for t, a in enumerate(accs, start=1):
+    row = {"round": t, "mean_test_acc": a, "train_loss": 1.0}
+    if sampled is not None:
+      row["sampled_test_acc"] = sampled[t - 1]
+      row["best_sampled_test_acc"] = (best_sampled if best_sampled is not None
+                                      else max(sampled[:t]))
+    rows.append(row)
+  return rows
+
+
+def _write_run(root, method, slug, seed, rows, finished=True):
+  workdir = os.path.join(root, method, slug, f"seed{seed}")
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump({"algorithm": method, "seed": seed}, f)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  if finished:
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+      json.dump({"per_client_test_acc": [rows[-1]["mean_test_acc"]]}, f)
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+  """Two methods x two settings; 'b' adds 0.01 + 0.01*seed to 'a'; seed 2 of fedmrl/b
+  unfinished; standalone lacks seed 1 in setting 'a'."""
+  root = str(tmp_path / "sweep")
+  os.makedirs(root)
+  with open(os.path.join(root, "sweep.json"), "w") as f:
+    json.dump({"settings": {"a": "a", "b": "b"}, "runs": []}, f)
+  for seed in (0, 1, 2):
+    base = [0.5, 0.6, 0.7 + 0.01 * seed]
+    _write_run(root, "fedmrl", "a", seed, _rows(base, sampled=base))
+    shifted = [v + 0.01 + 0.01 * seed for v in base]
+    _write_run(root, "fedmrl", "b", seed, _rows(shifted, sampled=shifted),
+               finished=seed != 2)
+    if seed != 1:
+      _write_run(root, "standalone", "a", seed, _rows([v - 0.02 for v in base]))
+  return root
+
+
+def test_run_metrics_final_last_k_best():
+  rows = _rows([0.5, 0.8, 0.6, 0.7], sampled=[0.4, 0.5, 0.9, 0.6], best_sampled=0.95)
+  m = paired.run_metrics(rows, last_k=2)
+  assert m["final (a)"] == pytest.approx(70.0)
+  assert m["last k (a)"] == pytest.approx(65.0)  # rounds 3 and 4
+  assert m["best (a)"] == pytest.approx(80.0)
+  assert m["final (b)"] == pytest.approx(60.0)
+  assert m["last k (b)"] == pytest.approx(75.0)
+  # the loop's running best (rounds between logged rows) counts for (b)
+  assert m["best (b)"] == pytest.approx(95.0)
+  assert paired.run_metrics(rows, last_k=10)["last k (a)"] == pytest.approx(65.0)
+  # without sampled evaluation only protocol (a) columns exist
+  assert set(paired.run_metrics(_rows([0.5]), 1)) == {"final (a)", "last k (a)", "best (a)"}
+  with pytest.raises(ValueError, match="last_k"):
+    paired.run_metrics(rows, last_k=0)
+
+
+def test_last_k_skips_rounds_without_evaluation():
+  rows = [{"round": 5, "mean_test_acc": 0.5}, {"round": 10, "mean_test_acc": 0.7}]
+  assert paired.run_metrics(rows, last_k=5)["last k (a)"] == pytest.approx(70.0)
+  assert paired.run_metrics(rows, last_k=6)["last k (a)"] == pytest.approx(60.0)
+
+
+def test_mean_se():
+  mean, se = paired.mean_se(np.array([1.0, 2.0, 3.0]))
+  assert mean == pytest.approx(2.0)
+  assert se == pytest.approx(1.0 / math.sqrt(3))
+  assert math.isnan(paired.mean_se(np.array([4.0]))[1])
+
+
+def test_compare_by_setting_pairs_finished_seeds(sweep_dir):
+  groups = paired.group_values(paired.load_runs(sweep_dir), last_k=2)
+  assert set(groups[("fedmrl", "b")]) == {0, 1}  # seed 2 did not finish
+  (c,) = paired.compare(groups, "a")
+  assert (c.method, c.setting, c.base_method, c.base_setting) == ("fedmrl", "b", "fedmrl", "a")
+  assert c.seeds == (0, 1)
+  np.testing.assert_allclose(c.diffs["final (a)"], [1.0, 2.0], atol=1e-9)
+  np.testing.assert_allclose(c.diffs["last k (b)"], [1.0, 2.0], atol=1e-9)
+  np.testing.assert_allclose(c.base["final (a)"], [70.0, 71.0], atol=1e-9)
+
+
+def test_compare_by_method_within_each_setting(sweep_dir):
+  groups = paired.group_values(paired.load_runs(sweep_dir), last_k=2)
+  (c,) = paired.compare(groups, "standalone")
+  assert (c.method, c.setting, c.base_method) == ("fedmrl", "a", "standalone")
+  assert c.seeds == (0, 2)  # standalone has no seed 1
+  np.testing.assert_allclose(c.diffs["best (a)"], [2.0, 2.0], atol=1e-9)
+  # standalone never evaluated protocol (b): no (b) column for the pair
+  assert set(c.diffs) == {"final (a)", "last k (a)", "best (a)"}
+
+
+def test_compare_rejects_unknown_or_ambiguous_baseline():
+  groups = {("x", "y"): {0: {}}, ("y", "z"): {0: {}}}
+  with pytest.raises(ValueError, match="no method or setting.*methods: x, y"):
+    paired.compare(groups, "w")
+  with pytest.raises(ValueError, match="both a method and a setting"):
+    paired.compare(groups, "y")
+
+
+def test_markdown_table_and_per_seed(sweep_dir):
+  text = paired.paired_report(sweep_dir, "a", last_k=2, per_seed=True)
+  table = [l for l in text.splitlines() if l.startswith("| fedmrl")]
+  assert table == ["| fedmrl / b | fedmrl / a | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
+                   "+1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 |"]
+  assert "last 2 (a)" in text
+  assert "- final (a): +1.00 / +2.00 (baseline 70.00 / 71.00)" in text
+  assert paired.markdown([], last_k=5).startswith("No pair")
+
+
+def test_cli_prints_report_and_fails_cleanly(sweep_dir, tmp_path):
+  script = os.path.join(ROOT, "experiments", "paired.py")
+  ok = subprocess.run([sys.executable, script, f"--sweep_dir={sweep_dir}",
+                       "--baseline=standalone"], capture_output=True, text=True,
+                      check=True)
+  assert "| fedmrl / a | standalone / a | 2 |" in ok.stdout
+  bad = subprocess.run([sys.executable, script, f"--sweep_dir={sweep_dir}",
+                        "--baseline=nope"], capture_output=True, text=True)
+  assert bad.returncode == 2
+  assert bad.stderr.strip().startswith("error: --baseline='nope' is no method")
+  empty = subprocess.run([sys.executable, script, f"--sweep_dir={tmp_path / 'none'}",
+                          "--baseline=a"], capture_output=True, text=True)
+  assert empty.returncode == 2 and "no run directories" in empty.stderr
