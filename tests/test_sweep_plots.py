@@ -82,6 +82,12 @@ def test_mean_std_and_durations():
   assert sweep.sweep_eta([10.0], 2, elapsed=30.0, projected=60.0) == 10 * 2 + 30
   # ... and so does a faster one
   assert sweep.sweep_eta([10.0], 2, elapsed=2.0, projected=4.0) == 10 * 2 + 2
+  # later runs of a cell that already finished runs count at that cell's mean
+  runs = [sweep.Run("a", "s", k, None, "") for k in range(2)] + [sweep.Run("b", "s", 0, None, "")]
+  means = sweep.cell_means({("a", "s"): [100.0, 120.0]}, runs)
+  assert means == [110.0, 110.0, None]
+  assert sweep.sweep_eta([10.0, 20.0], means, elapsed=5.0) == 110 + 110 + 15 + 10
+  assert sweep.sweep_eta([10.0, 20.0], [], elapsed=5.0, current=110.0) == 105
   # the projection starts after the first round line: compile time is not extrapolated
   assert sweep.projected_duration((20.0, 0.05), (20.0, 0.05)) is None
   assert sweep.projected_duration((20.0, 0.05), (25.0, 0.10)) == pytest.approx(20 + 5 * 19)

@@ -263,28 +263,42 @@ def format_duration(seconds: float | None) -> str:
   return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def sweep_eta(durations: Sequence[float], runs_after: int, elapsed: float = 0.0,
-              projected: float | None = None) -> float | None:
+def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | None],
+              elapsed: float = 0.0, projected: float | None = None,
+              current: float | None = None) -> float | None:
   """Seconds left in a sweep, from the runs finished so far and the current one's pace.
 
   Args:
     durations: wall seconds of the runs this sweep computed so far.
-    runs_after: runs still to compute after the current one.
+    runs_after: the runs still to compute after the current one: their number, or per
+      run its expected seconds (the mean of its cell's finished runs: ``cell_means``)
+      or None where its cell has none yet.
     elapsed: seconds spent on the current run.
     projected: the current run's total seconds projected from its own rounds
       (``projected_duration``), or None before it has two evaluated rounds.
+    current: the current run's cell's mean so far, or None.
 
   Returns:
-    ``per_run * runs_after + left_now``: ``per_run`` the mean of ``durations`` (before
-    any run finished, the current run's projection); ``left_now`` the current run's
-    projection less ``elapsed`` (runs of one sweep can differ 2x in cost), else
-    ``per_run - elapsed``; None when neither is known.
+    The later runs' expected seconds (``per_run``, the mean of ``durations``, where a
+    run has no cell mean; before any run finished, the current run's projection) plus
+    ``left_now``: the current run's projection less ``elapsed`` (runs of one sweep can
+    differ 2x in cost), else its cell's mean or ``per_run`` less ``elapsed``; None when
+    neither is known.
   """
   per_run = float(np.mean(durations)) if durations else projected
   if per_run is None:
     return None
-  left_now = (projected if projected is not None else per_run) - elapsed
-  return per_run * runs_after + max(left_now, 0.0)
+  after = [None] * runs_after if isinstance(runs_after, int) else list(runs_after)
+  own = next(v for v in (projected, current, per_run) if v is not None)
+  return (sum(per_run if v is None else v for v in after)
+          + max(own - elapsed, 0.0))
+
+
+def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run]
+               ) -> list[float | None]:
+  """Each later run's expected seconds: its cell's mean so far, or None."""
+  return [float(np.mean(durations[(r.algorithm, r.setting)]))
+          if durations.get((r.algorithm, r.setting)) else None for r in later]
 
 
 def projected_duration(first: tuple[float, float], now: tuple[float, float]
@@ -631,7 +645,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   todo = sum(s is None for s in done)
   log(f"sweep: {len(runs)} runs, {len(runs) - todo} finished earlier, {todo} to run "
       f"-> {sweep_dir}" + (f" (seeds {seed_batch} at a time)" if seed_batch > 1 else ""))
-  rows, durations = {}, []
+  rows, durations, by_cell = {}, [], {}
   for i, (run, summary) in enumerate(zip(runs, done)):
     if summary is not None:
       log(f"{run_prefix(i + 1, len(runs), run)} | finished earlier (final mean test acc "
@@ -641,7 +655,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   if estimate_first and jobs:
     print_plan(runs, jobs, sweep_dir, None if deadline is None else deadline - time.time(),
                log)
-  for positions in jobs:
+  for j, positions in enumerate(jobs):
     if deadline is not None and time.time() >= deadline:
       log(f"sweep: the time budget is used up; {todo} runs left, rerun to continue")
       break
@@ -650,8 +664,11 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     todo -= len(batch)
     t0 = time.perf_counter()
     elapsed = lambda t0=t0, k=len(batch): (time.perf_counter() - t0) / k  # noqa: E731
-    eta = lambda now, projected, left=todo: sweep_eta(  # noqa: E731
-        durations, left, now, projected)
+    later = [runs[i] for b in jobs[j + 1:] for i in b]
+    cell = (batch[0].algorithm, batch[0].setting)
+    eta = lambda now, projected, later=later, first=batch[0]: sweep_eta(  # noqa: E731
+        durations, cell_means(by_cell, later), now, projected,
+        cell_means(by_cell, [first])[0])
     where = batch[0].workdir if len(batch) == 1 else os.path.join(
         os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
     log(f"{prefix} | start -> {where} | sweep ETA {format_duration(eta(0.0, None))}")
@@ -662,6 +679,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
       break
     took = time.perf_counter() - t0
     durations += [took / len(batch)] * len(batch)  # per run: a batch shares its time
+    by_cell.setdefault(cell, []).extend([took / len(batch)] * len(batch))
     for i, run, out in zip(positions, batch, outcomes):
       if isinstance(out, Exception):
         log(f"{run_prefix(i + 1, len(runs), run)} | FAILED: {out}")
@@ -670,7 +688,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
         rows[i] = result_row(run, sweep_dir, out, "done")
         log(f"{run_prefix(i + 1, len(runs), run)} | done in {format_duration(took)}: final "
             f"mean test acc {100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
-            f"{format_duration(sweep_eta(durations, todo))}")
+            f"{format_duration(sweep_eta(durations, cell_means(by_cell, later)))}")
     write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
   rows = [rows[i] for i in sorted(rows)]
   write_results(sweep_dir, rows, runs, sweep.seeds)
