@@ -25,11 +25,26 @@ def test_paper_campaign_runs_the_papers_methods_first_then_the_rest_then_seeds(t
   assert all(r.seed == 0 for r in ordered[:30]) and all(r.seed > 0 for r in ordered[30:])
 
 
+def test_bf16_campaign_sets_every_run_and_the_comparison_apart(tmp_path):
+  size = campaign.SIZES["paper"]
+  assert campaign.results_name(size, "float32") == "paper_cifar10"
+  assert campaign.results_name(size, "bfloat16") == "paper_cifar10_bf16"
+  runs = runner.plan(campaign.sweep_config(size, "bfloat16"), str(tmp_path))
+  assert {r.config.runtime.compute_dtype for r in runs} == {"bfloat16"}
+  assert {r.config.momentum for r in runs} == {0.9}  # the sweep's own overrides stay
+  fp32 = runner.plan(campaign.sweep_config(size), str(tmp_path))
+  assert {r.config.runtime.compute_dtype for r in fp32} == {"float32"}
+  assert campaign.compare_command(size, "bfloat16")[-1] == "--dtype=bfloat16"
+
+
 def test_bad_arguments_fail_before_anything_runs(tmp_path):
   with pytest.raises(ValueError, match="valid"):
     campaign.run_campaign("huge", results_dir=str(tmp_path), budget_s=10)
   with pytest.raises(ValueError, match="positive"):
     campaign.run_campaign("tiny", results_dir=str(tmp_path), budget_s=0)
+  with pytest.raises(ValueError, match="compute_dtype='float16'"):
+    campaign.run_campaign("tiny", results_dir=str(tmp_path), budget_s=10,
+                          compute_dtype="float16")
   assert os.listdir(tmp_path) == []
 
 

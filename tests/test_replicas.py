@@ -189,7 +189,9 @@ def test_batches_group_a_cells_unfinished_seeds_in_order():
   by_method_first = runner.batches(runs, done, 3,
                                    order=lambda r: (r.algorithm != "fedmrl", r.seed))
   assert by_method_first == [[1, 3, 5], [7, 9, 11], [6, 8, 10], [2, 4]]  # by first seed
-  assert runner.batch_prefix([1, 3, 5], 12, runs) == "[2-6/12] fedmrl | N=10 | seeds 0,1,2"
+  assert runner.batch_prefix([1, 3, 5], 12, runs) == "[2,4,6/12] fedmrl | N=10 | seeds 0,1,2"
+  cell = [runner.Run("fedmrl", "N=10", seed, None, "") for seed in (0, 1, 2)]
+  assert runner.batch_prefix([0, 1, 2], 3, cell) == "[1-3/3] fedmrl | N=10 | seeds 0,1,2"
 
 
 def test_sweep_stops_at_its_deadline_and_continues(synthetic_npz, tmp_path):

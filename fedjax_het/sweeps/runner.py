@@ -566,13 +566,19 @@ def batches(runs: Sequence[Run], done: Sequence[dict | None], seed_batch: int,
 
 
 def batch_prefix(positions: Sequence[int], total: int, runs: Sequence[Run]) -> str:
-  """``'[4-6/30] fedmrl | N=10,C=100% | seeds 0,1,2'`` (one run: ``run_prefix``)."""
+  """``'[4-6/30] fedmrl | N=10,C=100% | seeds 0,1,2'`` (one run: ``run_prefix``).
+
+  Positions that are not consecutive (a cell's seeds 1 and 2 after every method's seed
+  0) are listed: ``'[14,24/30] ...'``.
+  """
   first = runs[positions[0]]
   if len(positions) == 1:
     return run_prefix(positions[0] + 1, total, first)
   seeds = ",".join(str(runs[i].seed) for i in positions)
-  return (f"[{positions[0] + 1}-{positions[-1] + 1}/{total}] {first.algorithm} | "
-          f"{first.setting} | seeds {seeds}")
+  consecutive = list(positions) == list(range(positions[0], positions[-1] + 1))
+  where = (f"{positions[0] + 1}-{positions[-1] + 1}" if consecutive
+           else ",".join(str(i + 1) for i in positions))
+  return f"[{where}/{total}] {first.algorithm} | {first.setting} | seeds {seeds}"
 
 
 def run_batch(batch: Sequence[Run], log: Callable[[str], None],
