@@ -6,7 +6,8 @@ issue's check: a short run's accuracy within 1 point of float32's. The ``:cpu`` 
 N=10, C=100 %, the first 6000 pooled CIFAR-10 examples, 20 rounds of one epoch, SGD
 momentum 0.9; three seeds (one 20-round run's accuracy moves by a few points from one
 evaluation to the next, so a single pair cannot resolve 1 point). XLA:CPU has no fast
-bf16 convolutions, so the bf16 runs are slower here; on a GPU bf16 is about speed.
+bf16 convolutions, so the bf16 runs are slower here; on a GPU bf16 is about speed. Three
+seeds left FedMRL unsettled: ``bf16_fedmrl_cpu.py`` runs it over ten.
 
   python experiments/sweep.py --sweep=experiments/sweeps/bf16_cpu.py \
       --sweep_dir=results/bf16_cpu --seed_batch=2
