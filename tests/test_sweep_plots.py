@@ -105,6 +105,9 @@ def test_prefixed_log_eta_ignores_compile_time():
   log("round 2/20 | acc")  # 4 s a round from here: 20 + 19 * 4 = 96 s a run; 72 + 96 left
   assert [l.rsplit("sweep ETA ", 1)[1] for l in lines] == ["?", "?", "2m48s"]
   assert lines[0].startswith("[1/2] x | round 1/20 | acc | ")
+  clock[0] = 30.0  # the batch's seeds run again one by one: the projection restarts
+  log("round 1/20 | acc")
+  assert lines[-1].endswith("sweep ETA ?")
 
 
 def test_markdown_table_layout_mean_std_and_bold():

@@ -339,6 +339,7 @@ def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], 
       projection (``projected_duration``) reads loop's ``round r/R`` lines.
   """
   first: list = []
+  last: list = [None]
   projected: list = [None]
 
   def emit(line: str) -> None:
@@ -346,7 +347,9 @@ def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], 
     now = elapsed()
     if m:
       point = (now, int(m.group(1)) / int(m.group(2)))
-      first[:] = first or [point]
+      if not first or point[1] <= last[0][1]:  # a new run (a batch's seeds one by one)
+        first[:] = [point]
+      last[0] = point
       projected[0] = projected_duration(first[0], point)
     log(f"{prefix} | {line} | sweep ETA {format_duration(eta(now, projected[0]))}")
 
