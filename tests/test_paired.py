@@ -119,8 +119,12 @@ def test_compare_rejects_unknown_or_ambiguous_baseline():
 def test_markdown_table_and_per_seed(sweep_dir):
   text = paired.paired_report(sweep_dir, "a", last_k=2, per_seed=True)
   table = [l for l in text.splitlines() if l.startswith("| fedmrl")]
-  assert table == ["| fedmrl / b | fedmrl / a | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
+  assert table == ["| fedmrl | b | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
                    "+1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 |"]
+  assert text.startswith("Each row: the method in the setting minus the same method in "
+                         "setting 'a'")
+  by_method = paired.paired_report(sweep_dir, "standalone", last_k=2)
+  assert "minus standalone in the same setting" in by_method
   assert "last 2 (a)" in text
   assert "- final (a): +1.00 / +2.00 (baseline 70.00 / 71.00)" in text
   assert paired.markdown([], last_k=5).startswith("No pair")
@@ -131,7 +135,7 @@ def test_cli_prints_report_and_fails_cleanly(sweep_dir, tmp_path):
   ok = subprocess.run([sys.executable, script, f"--sweep_dir={sweep_dir}",
                        "--baseline=standalone"], capture_output=True, text=True,
                       check=True)
-  assert "| fedmrl / a | standalone / a | 2 |" in ok.stdout
+  assert "| fedmrl | a | 2 |" in ok.stdout
   bad = subprocess.run([sys.executable, script, f"--sweep_dir={sweep_dir}",
                         "--baseline=nope"], capture_output=True, text=True)
   assert bad.returncode == 2

@@ -88,6 +88,9 @@ def test_mean_std_and_durations():
   assert means == [110.0, 110.0, None]
   assert sweep.sweep_eta([10.0, 20.0], means, elapsed=5.0) == 110 + 110 + 15 + 10
   assert sweep.sweep_eta([10.0, 20.0], [], elapsed=5.0, current=110.0) == 105
+  # between runs (a run just finished): only the later runs are left
+  assert sweep.sweep_eta([10.0, 20.0], [], elapsed=None) == 0
+  assert sweep.sweep_eta([10.0, 20.0], means, elapsed=None) == 110 + 110 + 15
   # the projection starts after the first round line: compile time is not extrapolated
   assert sweep.projected_duration((20.0, 0.05), (20.0, 0.05)) is None
   assert sweep.projected_duration((20.0, 0.05), (25.0, 0.10)) == pytest.approx(20 + 5 * 19)
@@ -318,9 +321,9 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   with_paired = results_page.write_page(sweep_dir, out, page_path, command="python page",
                                         paired="standalone")
   section = with_paired[with_paired.index("## Paired against standalone"):]
-  row = [l for l in section.splitlines() if l.startswith("| fedavg / ")]
-  assert len(row) == 1 and row[0].split(" | ")[1:3] == [f"standalone / {SETTING}", "2"]
-  assert section.index("| fedavg / ") < section.index("## Figures")
+  row = [l for l in section.splitlines() if l.startswith("| fedavg | ")]
+  assert len(row) == 1 and row[0].split(" | ")[1:3] == [SETTING, "2"]
+  assert section.index("| fedavg | ") < section.index("## Figures")
   with pytest.raises(ValueError, match="no method or setting"):
     results_page.write_page(sweep_dir, out, page_path, paired="fedmrl")
 

@@ -28,12 +28,15 @@ rounds take as long as one after the other: docs/performance.md) and
 ``--budget_min`` stops in time (a rerun continues). While only some methods have all
 three seeds, a row marked ``(n=1)`` is seed 0 alone, and seed 0's partition was the
 easiest of the three for every method that has all three: compare such rows with the
-seed-0 rows of results.csv, not with the 3-seed means (nor trust the bold).
+seed-0 rows of results.csv, not with the 3-seed means (nor trust the bold). The
+seed-to-seed spread (several points, mostly the partition's) is far larger than the gaps
+between methods; the page's paired section (``--paired=standalone``) gives each method's
+difference from Standalone seed by seed, on the same partitions.
 
   python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \
       --sweep_dir=results/paper_cpu --seed_batch=2 --budget_min=60
   python experiments/results_page.py --sweep_dir=results/paper_cpu --out=docs/results.md \
-      --earlier=results/cpu_table
+      --earlier=results/cpu_table --paired=standalone
 """
 import os
 

@@ -161,16 +161,20 @@ def markdown(comparisons: Sequence[Comparison], *, last_k: int,
     return "No pair of groups shares a finished seed.\n"
   titles = [t for t, _, _ in METRICS if any(t in c.diffs for c in comparisons)]
   shown = [t.replace("last k", f"last {last_k}") for t in titles]
+  first = comparisons[0]
+  minus = (f"the same method in setting {first.base_setting!r}"
+           if first.base_method == first.method
+           else f"{first.base_method} in the same setting")
   lines = [
-      "Group minus baseline, accuracy points, mean ± standard error over the seeds "
-      "both finished (n); `last k`: the mean of the evaluations in the last "
-      f"{last_k} rounds.", "",
-      "| group | baseline | n | " + " | ".join(shown) + " |",
+      f"Each row: the method in the setting minus {minus}, in accuracy points, mean ± "
+      "standard error over the seeds both finished (n); `last "
+      f"{last_k}`: the mean of the evaluations in the last {last_k} rounds.", "",
+      "| method | setting | n | " + " | ".join(shown) + " |",
       "|---|---|---:|" + "---:|" * len(titles)]
   for c in comparisons:
     cells = [_cell(c.diffs[t]) if t in c.diffs else "–" for t in titles]
-    lines.append(f"| {c.method} / {c.setting} | {c.base_method} / {c.base_setting} | "
-                 f"{len(c.seeds)} | " + " | ".join(cells) + " |")
+    lines.append(f"| {c.method} | {c.setting} | {len(c.seeds)} | " + " | ".join(cells)
+                 + " |")
   if per_seed:
     for c in comparisons:
       lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / "

@@ -264,7 +264,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | None],
-              elapsed: float = 0.0, projected: float | None = None,
+              elapsed: float | None = 0.0, projected: float | None = None,
               current: float | None = None) -> float | None:
   """Seconds left in a sweep, from the runs finished so far and the current one's pace.
 
@@ -273,7 +273,7 @@ def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | Non
     runs_after: the runs still to compute after the current one: their number, or per
       run its expected seconds (the mean of its cell's finished runs: ``cell_means``)
       or None where its cell has none yet.
-    elapsed: seconds spent on the current run.
+    elapsed: seconds spent on the current run; None between runs (none in progress).
     projected: the current run's total seconds projected from its own rounds
       (``projected_duration``), or None before it has two evaluated rounds.
     current: the current run's cell's mean so far, or None.
@@ -289,9 +289,11 @@ def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | Non
   if per_run is None:
     return None
   after = [None] * runs_after if isinstance(runs_after, int) else list(runs_after)
+  later = sum(per_run if v is None else v for v in after)
+  if elapsed is None:
+    return later
   own = next(v for v in (projected, current, per_run) if v is not None)
-  return (sum(per_run if v is None else v for v in after)
-          + max(own - elapsed, 0.0))
+  return later + max(own - elapsed, 0.0)
 
 
 def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run]
@@ -697,7 +699,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
         rows[i] = result_row(run, sweep_dir, out, "done")
         log(f"{run_prefix(i + 1, len(runs), run)} | done in {format_duration(took)}: final "
             f"mean test acc {100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
-            f"{format_duration(sweep_eta(durations, cell_means(by_cell, later)))}")
+            f"{format_duration(sweep_eta(durations, cell_means(by_cell, later), None))}")
     write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
   rows = [rows[i] for i in sorted(rows)]
   write_results(sweep_dir, rows, runs, sweep.seeds)
