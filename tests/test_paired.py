@@ -143,3 +143,7 @@ def test_cli_prints_report_and_fails_cleanly(sweep_dir, tmp_path):
   empty = subprocess.run([sys.executable, script, f"--sweep_dir={tmp_path / 'none'}",
                           "--baseline=a"], capture_output=True, text=True)
   assert empty.returncode == 2 and "no run directories" in empty.stderr
+  zero = subprocess.run([sys.executable, script, f"--sweep_dir={sweep_dir}",
+                         "--baseline=a", "--last_k=0"], capture_output=True, text=True)
+  assert zero.returncode == 2
+  assert zero.stderr.strip() == "error: --last_k must be >= 1, got 0"

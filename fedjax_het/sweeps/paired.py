@@ -189,6 +189,8 @@ def markdown(comparisons: Sequence[Comparison], *, last_k: int,
 def paired_report(sweep_dir: str, baseline: str, *, last_k: int = 5,
                   per_seed: bool = False) -> str:
   """The Markdown report of ``sweep_dir``'s groups against ``baseline``."""
+  if last_k < 1:
+    raise ValueError(f"--last_k must be >= 1, got {last_k}")
   runs = load_runs(sweep_dir)
   if not runs:
     raise FileNotFoundError(f"no run directories with metrics under {sweep_dir!r}")
