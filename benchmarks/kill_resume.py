@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import shutil
 import subprocess
@@ -37,7 +38,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, "experiments", "main.py")
-NOT_CONFIGS = ("main.py", "sweep.py", "plots.py", "results_page.py")
+
+
+def is_config_file(path: str) -> bool:
+  """An experiment config file: a module defining ``get_config`` at top level (not the
+  commands beside the configs: main.py, sweep.py, flower_*.py, ...)."""
+  with open(path) as f:
+    return re.search(r"^def get_config\(", f.read(), flags=re.MULTILINE) is not None
 
 
 def command(config: str, workdir: str, extra: list[str]) -> list[str]:
@@ -174,8 +181,7 @@ def check(config: str, workdir: str, *, kills: int, seed: int, extra: list[str],
 def smoke_configs() -> list[str]:
   """``experiments/<algorithm>.py:smoke`` for every algorithm config."""
   files = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py")))
-  return [f"{f}:smoke" for f in files if os.path.basename(f) not in NOT_CONFIGS
-          and not os.path.basename(f).startswith("flower_")]
+  return [f"{f}:smoke" for f in files if is_config_file(f)]
 
 
 def main(argv=None) -> int:
