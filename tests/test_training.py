@@ -2,7 +2,6 @@
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -15,6 +14,8 @@ from fedjax_het.training import loop
 from conftest import assert_server_holds_no_client_leaf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import kill_resume  # noqa: E402
 
 
 def _rows(workdir):
@@ -107,15 +108,10 @@ def test_uneven_clients_are_padded_to_the_device_count(tiny_config):
     assert index.train_idx.shape[1] % 16 == 0
 
 
-def _defines_get_config(path):
-  with open(path) as f:
-    return re.search(r"^def get_config\(", f.read(), flags=re.MULTILINE) is not None
-
-
 # Every experiments/*.py defining get_config (the commands beside them define none).
 SMOKE_CONFIGS = sorted(
     f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
-    if f.endswith(".py") and _defines_get_config(os.path.join(ROOT, "experiments", f)))
+    if f.endswith(".py") and kill_resume.is_config_file(os.path.join(ROOT, "experiments", f)))
 
 
 def load_experiment(name):

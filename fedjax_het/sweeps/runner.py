@@ -656,7 +656,8 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   todo = sum(s is None for s in done)
   log(f"sweep: {len(runs)} runs, {len(runs) - todo} finished earlier, {todo} to run "
       f"-> {sweep_dir}" + (f" (seeds {seed_batch} at a time)" if seed_batch > 1 else ""))
-  rows, durations, by_cell = {}, [], {}
+  rows, by_cell = {}, {}  # by_cell: (algorithm, setting) -> seconds of its finished runs
+  durations = lambda: [d for ds in by_cell.values() for d in ds]  # noqa: E731
   for i, (run, summary) in enumerate(zip(runs, done)):
     if summary is not None:
       log(f"{run_prefix(i + 1, len(runs), run)} | finished earlier (final mean test acc "
@@ -678,7 +679,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     later = [runs[i] for b in jobs[j + 1:] for i in b]
     cell = (batch[0].algorithm, batch[0].setting)
     eta = lambda now, projected, later=later, first=batch[0]: sweep_eta(  # noqa: E731
-        durations, cell_means(by_cell, later), now, projected,
+        durations(), cell_means(by_cell, later), now, projected,
         cell_means(by_cell, [first])[0])
     where = batch[0].workdir if len(batch) == 1 else os.path.join(
         os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
@@ -689,7 +690,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
       log(f"{prefix} | {err}; the sweep stops here, rerun to continue")
       break
     took = time.perf_counter() - t0
-    durations += [took / len(batch)] * len(batch)  # per run: a batch shares its time
+    # per run: a batch shares its time
     by_cell.setdefault(cell, []).extend([took / len(batch)] * len(batch))
     for i, run, out in zip(positions, batch, outcomes):
       if isinstance(out, Exception):
@@ -699,7 +700,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
         rows[i] = result_row(run, sweep_dir, out, "done")
         log(f"{run_prefix(i + 1, len(runs), run)} | done in {format_duration(took)}: final "
             f"mean test acc {100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
-            f"{format_duration(sweep_eta(durations, cell_means(by_cell, later), None))}")
+            f"{format_duration(sweep_eta(durations(), cell_means(by_cell, later), None))}")
     write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
   rows = [rows[i] for i in sorted(rows)]
   write_results(sweep_dir, rows, runs, sweep.seeds)
