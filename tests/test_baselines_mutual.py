@@ -216,3 +216,45 @@ def test_fedkd_energy_is_annealed_from_start_to_end():
     s_full = np.linalg.svd(np.asarray(a), compute_uv=False)
     s_kept = np.linalg.svd(np.asarray(recon), compute_uv=False)
     assert np.sum(s_kept ** 2) >= energy * np.sum(s_full ** 2) - 1e-4
+
+
+def test_kl_mean_reduction_divides_by_the_classes():
+  batchmean = fml.kl_divergence(LOGITS_B, LOGITS_A, MASK)
+  mean = fml.kl_divergence(LOGITS_B, LOGITS_A, MASK, "mean")
+  np.testing.assert_allclose(mean, batchmean / 3, rtol=1e-6)  # C = 3
+  loss_l, _ = fml.mutual_losses(LOGITS_A, LOGITS_B, LABELS, MASK, alpha=0.3, beta=0.8,
+                                kl_reduction="mean")
+  np.testing.assert_allclose(loss_l, 0.3 * _np_ce(LOGITS_A, LABELS)[:2].mean()
+                             + 0.7 * _np_kl(LOGITS_B, LOGITS_A)[:2].mean() / 3, rtol=1e-5)
+  with pytest.raises(ValueError, match="kl reduction 'sum'"):
+    fml.kl_divergence(LOGITS_B, LOGITS_A, MASK, "sum")
+
+
+@pytest.mark.parametrize("algorithm", ["fml", "fedkd"])
+def test_evaluate_shared_tests_the_shared_model(tiny_config, algorithm):
+  """``algo.evaluate='shared'``: protocol (a) predicts with the server's theta for every
+  client (a client's private model does not matter); 'private' with its own model."""
+  extra = {"algo.svd_energy_start": 0.0} if algorithm == "fedkd" else {}
+  outs = {}
+  for evaluate in ("private", "shared"):
+    exp = loop.prepare(tiny_config(algorithm, "tiny", {**SMALL, **extra,
+                                                       "algo.evaluate": evaluate}))
+    proto = exp.algorithm.protocol
+    state = exp.algorithm.init(jax.random.PRNGKey(0))
+    client = jax.tree.map(lambda a: a[0], state.clients[0])
+    payload = proto.downlink(state.server, 0)
+    x = jnp.ones((2, *exp.data.x.shape[1:]), jnp.float32)
+    scrambled = client.replace(params=dict(
+        client.params, local=jax.tree.map(lambda a: a + 1.0, client.params["local"])))
+    outs[evaluate] = (proto.predict(0, client, payload)(x),
+                      proto.predict(0, scrambled, payload)(x))
+  assert not np.allclose(*outs["private"])  # the private model decides
+  np.testing.assert_array_equal(*outs["shared"])  # only theta decides
+  assert not np.allclose(outs["private"][0], outs["shared"][0])
+
+
+@pytest.mark.parametrize("algorithm", ["fml", "fedkd"])
+def test_evaluate_and_kl_reduction_are_checked(tiny_config, algorithm):
+  for key, value in (("algo.evaluate", "mentor"), ("algo.kl_reduction", "sum")):
+    with pytest.raises(ValueError, match=key.split(".")[1]):
+      loop.prepare(tiny_config(algorithm, "tiny", {**SMALL, key: value}))

@@ -24,7 +24,7 @@ Symbols (paper -> code):
 Uplink: the (compressed) mentee update; ``uplink_params`` counts the parameters sent:
 r (m + n + 1) for a rank-r factorisation of an m x n matrix when that is smaller than
 m n, every scalar otherwise. Downlink: the compressed aggregated update, counted alike.
-Evaluation: the mentor (private model) alone.
+Evaluation: the mentor (private model) alone (``evaluate='private'``).
 
 Choices taken from the reference code (TsingZ0/HtFLlib ``clientkd.py``/``serverkd.py``)
 and settled where the paper leaves them open:
@@ -43,7 +43,12 @@ and settled where the paper leaves them open:
   theta.
 - The reference averages uniformly over clients; we weight by example counts like every
   other algorithm here.
-- No gradient clipping (the reference clips at norm 10).
+- Gradients are clipped at the run's ``grad_clip`` like every method here (the
+  papers' protocol: 50; the reference clips at norm 10).
+- Two switches for comparing with other implementations, defaults the paper's:
+  ``evaluate`` (the mentor, or ``'shared'``: the mentee, the server's theta for
+  protocol (a) and the client's compressed trained copy for (b)) and ``kl_reduction``
+  (``'mean'``: KL / C, as PyTorch's default ``KLDivLoss(reduction='mean')``).
 """
 from __future__ import annotations
 
@@ -122,7 +127,8 @@ def compress_tree(tree, energy: float | jax.Array):
   return jax.tree.unflatten(treedef, [o[0] for o in out]), sum(o[1] for o in out)
 
 
-def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask):
+def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask,
+                        kl_reduction: str = "batchmean"):
   """Adaptive mutual + hidden distillation: (L_mentor, L_mentee) (module docstring).
 
   Args:
@@ -130,14 +136,17 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask):
     logits_s, rep_s: mentee logits [B, C] and representation [B, d_s].
     w_h: [d_s, d_t] map of the mentee's representation to the mentor's width.
     labels, mask: [B].
+    kl_reduction: ``fml.kl_divergence``'s reduction.
   """
   ce_t = cl.cross_entropy(logits_t, labels, mask)
   ce_s = cl.cross_entropy(logits_s, labels, mask)
   scale = 1.0 / jnp.maximum(jax.lax.stop_gradient(ce_t + ce_s), 1e-6)
   diff = rep_t.astype(jnp.float32) - rep_s.astype(jnp.float32) @ w_h
   hidden = cl.masked_mean(jnp.mean(jnp.square(diff), axis=-1), mask)
-  loss_t = ce_t + scale * (fml.kl_divergence(logits_s, logits_t, mask) + hidden)
-  loss_s = ce_s + scale * (fml.kl_divergence(logits_t, logits_s, mask) + hidden)
+  loss_t = ce_t + scale * (fml.kl_divergence(logits_s, logits_t, mask, kl_reduction)
+                           + hidden)
+  loss_s = ce_s + scale * (fml.kl_divergence(logits_t, logits_s, mask, kl_reduction)
+                           + hidden)
   return loss_t, loss_s
 
 
@@ -145,7 +154,8 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
           weight_decay: float = 0.0, grad_clip: float = 0.0,
           small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
           svd_energy_start: float = 0.95, svd_energy_end: float = 0.98,
-          num_rounds: int = 100) -> base.Algorithm:
+          num_rounds: int = 100, evaluate: str = "private",
+          kl_reduction: str = "batchmean") -> base.Algorithm:
   """Builds FedKD.
 
   Args:
@@ -157,6 +167,9 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       at the first and the last round, in [0, 1] (start 0 = no compression; the paper
       anneals 0.95 -> 0.98).
     num_rounds: R, the rounds the annealing spans (the run's ``num_rounds``).
+    evaluate: the model tested: ``'private'`` (the mentor, the paper's) or ``'shared'``
+      (the mentee).
+    kl_reduction: ``'batchmean'`` (the paper's KL) or ``'mean'`` (KL / C).
 
   Returns:
     ``Algorithm``; ``state.server`` = {'theta': the mentee, 'round': rounds aggregated}.
@@ -167,6 +180,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                      ("svd_energy_end", svd_energy_end)):
     if not 0.0 <= value <= 1.0:
       raise ValueError(f"algo.{key}={value} must be in [0, 1] (start 0 = off)")
+  fml.check_evaluate(evaluate, kl_reduction)
   compress = svd_energy_start > 0
 
   def energy(round_):
@@ -185,7 +199,8 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       del rng
       (logits_t, rep_t), (logits_s, rep_s) = net.forward(params, batch.x)
       loss_t, loss_s = distillation_losses(logits_t, rep_t, logits_s, rep_s,
-                                           params["proj"]["kernel"], batch.y, batch.mask)
+                                           params["proj"]["kernel"], batch.y, batch.mask,
+                                           kl_reduction)
       return loss_t + loss_s, model_state
     return fn
 
@@ -206,8 +221,11 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     theta = jax.tree.map(jnp.add, server["theta"], update)
     return {"theta": theta, "round": server["round"] + 1}, {"downlink_params": down}
 
+  shared = dict(predict=fml.shared_predict(nets, lambda payload: payload["theta"]),
+                trained_payload=trained_mentee)
   proto = fml.mutual_protocol(nets, opt, client_update,
-                              server_aggregate=server_aggregate, init_params=init_params)
+                              server_aggregate=server_aggregate, init_params=init_params,
+                              **(shared if evaluate == "shared" else {}))
   init_theta = proto.init_server
   proto = proto._replace(
       init_server=lambda rng: {"theta": init_theta(rng), "round": jnp.zeros((), jnp.int32)},
@@ -229,6 +247,12 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                         base.protocol_evaluate(rt, proto), proto)
 
 
+def trained_mentee(payload, update):
+  """``Protocol.trained_payload`` with ``evaluate='shared'``: the payload with the
+  client's trained mentee as the server receives it, theta + its compressed update."""
+  return dict(payload, theta=jax.tree.map(jnp.add, payload["theta"], update))
+
+
 def uplink(params, theta):
   """What a FedKD client sends (before compression): its mentee update theta_k - theta."""
   return jax.tree.map(jnp.subtract, params["global"], theta)
@@ -237,5 +261,6 @@ def uplink(params, theta):
 SPEC = base.Spec(
     lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
     dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, svd_energy_start=0.95,
-         svd_energy_end=0.98),
-    choices=dict(small_arch=models.ArchitectureChoices()))
+         svd_energy_end=0.98, evaluate="private", kl_reduction="batchmean"),
+    choices=dict(small_arch=models.ArchitectureChoices(), evaluate=fml.EVALUATED,
+                 kl_reduction=fml.KL_REDUCTIONS))

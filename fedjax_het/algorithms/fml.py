@@ -87,8 +87,13 @@ def make_nets(rt: base.Runtime, *, small_arch: str, rep_dim: int) -> list[Mutual
           for arch in rt.layout.archs]
 
 
-def kl_divergence(target_logits: jax.Array, logits: jax.Array, mask: jax.Array) -> jax.Array:
-  r"""Masked per-example mean of KL(q || p), q = softmax(target) held fixed.
+KL_REDUCTIONS = ("batchmean", "mean")
+EVALUATED = ("private", "shared")
+
+
+def kl_divergence(target_logits: jax.Array, logits: jax.Array, mask: jax.Array,
+                  reduction: str = "batchmean") -> jax.Array:
+  r"""Masked mean of KL(q || p), q = softmax(target) held fixed.
 
   KL(q || p) = \sum_c q_c (\log q_c - \log p_c); the target receives no gradient.
 
@@ -96,21 +101,29 @@ def kl_divergence(target_logits: jax.Array, logits: jax.Array, mask: jax.Array) 
     target_logits: [B, C] logits of the teacher.
     logits: [B, C] logits of the student.
     mask: bool [B].
+    reduction: ``'batchmean'``: the per-example KL averaged over examples (the KL
+      itself; PyTorch's ``KLDivLoss(reduction='batchmean')``); ``'mean'``: averaged
+      over examples and classes, i.e. divided by C (``KLDivLoss``'s default
+      ``reduction='mean'``, which much PyTorch FL code uses).
 
   Returns:
     float32 scalar.
   """
+  if reduction not in KL_REDUCTIONS:
+    raise ValueError(f"kl reduction {reduction!r} is not one of {KL_REDUCTIONS}")
   log_q = jax.nn.log_softmax(jax.lax.stop_gradient(target_logits).astype(jnp.float32))
   log_p = jax.nn.log_softmax(logits.astype(jnp.float32))
-  return cl.masked_mean(jnp.sum(jnp.exp(log_q) * (log_q - log_p), axis=-1), mask)
+  kl = cl.masked_mean(jnp.sum(jnp.exp(log_q) * (log_q - log_p), axis=-1), mask)
+  return kl / logits.shape[-1] if reduction == "mean" else kl
 
 
-def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float):
+def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float,
+                  kl_reduction: str = "batchmean"):
   """The two DML losses of FML: (L_local, L_meme), each with a fixed KL target."""
   loss_l = (alpha * cl.cross_entropy(logits_l, labels, mask)
-            + (1 - alpha) * kl_divergence(logits_g, logits_l, mask))
+            + (1 - alpha) * kl_divergence(logits_g, logits_l, mask, kl_reduction))
   loss_g = (beta * cl.cross_entropy(logits_g, labels, mask)
-            + (1 - beta) * kl_divergence(logits_l, logits_g, mask))
+            + (1 - beta) * kl_divergence(logits_l, logits_g, mask, kl_reduction))
   return loss_l, loss_g
 
 
@@ -165,10 +178,29 @@ def private_predict(nets: list) -> Callable:
   return predict
 
 
+def shared_predict(nets: list, theta_of: Callable = lambda payload: payload) -> Callable:
+  """``Protocol.predict`` of the shared model alone (``algo.evaluate='shared'``): the
+  payload's theta (``theta_of(payload)``), the server's for protocol (a), the client's
+  trained copy for protocol (b) (``trained_payload``)."""
+  def predict(g, client, payload):
+    del client
+    return lambda x: nets[g].small.apply({"params": theta_of(payload)}, x)[0]
+  return predict
+
+
+def check_evaluate(evaluate: str, kl_reduction: str) -> None:
+  """Raises ValueError for an ``algo.evaluate`` or ``algo.kl_reduction`` not offered."""
+  if evaluate not in EVALUATED:
+    raise ValueError(f"algo.evaluate={evaluate!r} must be one of {EVALUATED}")
+  if kl_reduction not in KL_REDUCTIONS:
+    raise ValueError(f"algo.kl_reduction={kl_reduction!r} must be one of {KL_REDUCTIONS}")
+
+
 def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
         weight_decay: float = 0.0, grad_clip: float = 0.0,
         alpha: float = 0.5, beta: float = 0.5, small_arch: str = "cnn5",
-        rep_dim: int = LOCAL_REP_DIM) -> base.Algorithm:
+        rep_dim: int = LOCAL_REP_DIM, evaluate: str = "private",
+        kl_reduction: str = "batchmean") -> base.Algorithm:
   """Builds FML.
 
   Args:
@@ -178,6 +210,11 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     alpha: CE weight of the private model's loss (1 - alpha on KL from the meme).
     beta: CE weight of the meme's loss (1 - beta on KL from the private model).
     small_arch, rep_dim: architecture and representation width of the meme.
+    evaluate: the model tested: ``'private'`` (the client's own, the paper's) or
+      ``'shared'`` (the meme: the server's for protocol (a), the client's trained copy
+      for (b)).
+    kl_reduction: ``'batchmean'`` (the KL, the paper's) or ``'mean'`` (KL / C, as
+      PyTorch's default ``KLDivLoss``) (``kl_divergence``).
 
   Returns:
     ``Algorithm``. ``state.clients[g].params`` = {'global': meme_k, 'local': omega_k}
@@ -186,6 +223,7 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   for name, v in (("alpha", alpha), ("beta", beta)):
     if not 0.0 <= v <= 1.0:
       raise ValueError(f"algo.{name}={v} must be in [0, 1]")
+  check_evaluate(evaluate, kl_reduction)
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
@@ -194,7 +232,7 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       del rng
       (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
       loss_l, loss_g = mutual_losses(logits_l, logits_g, batch.y, batch.mask,
-                                     alpha=alpha, beta=beta)
+                                     alpha=alpha, beta=beta, kl_reduction=kl_reduction)
       return loss_l + loss_g, model_state
     return fn
 
@@ -206,12 +244,17 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return (base.ClientState(r.params, None, r.opt_state), fedmrl.uplink(r.params),
             {"loss": r.loss})
 
-  proto = mutual_protocol(nets, opt, client_update)
+  proto = mutual_protocol(
+      nets, opt, client_update,
+      **(dict(predict=shared_predict(nets), trained_payload=base.own_upload)
+         if evaluate == "shared" else {}))
   return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
                         base.protocol_evaluate(rt, proto), proto)
 
 
 SPEC = base.Spec(
     lambda c, rt: fml(rt, **base.sgd_args(c), **c.algo),
-    dict(alpha=0.5, beta=0.5, small_arch="cnn5", rep_dim=LOCAL_REP_DIM),
-    choices=dict(small_arch=models.ArchitectureChoices()))
+    dict(alpha=0.5, beta=0.5, small_arch="cnn5", rep_dim=LOCAL_REP_DIM,
+         evaluate="private", kl_reduction="batchmean"),
+    choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
+                 kl_reduction=KL_REDUCTIONS))
