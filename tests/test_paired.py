@@ -118,7 +118,8 @@ def test_compare_rejects_unknown_or_ambiguous_baseline():
 
 def test_markdown_table_and_per_seed(sweep_dir):
   text = paired.paired_report(sweep_dir, "a", last_k=2, per_seed=True)
-  table = [l for l in text.splitlines() if l.startswith("| fedmrl")]
+  first_table = text.split("Where each difference is going")[0]
+  table = [l for l in first_table.splitlines() if l.startswith("| fedmrl")]
   assert table == ["| fedmrl | b | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
                    "+1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 |"]
   assert text.startswith("Each row: the method in the setting minus the same method in "
@@ -147,3 +148,78 @@ def test_cli_prints_report_and_fails_cleanly(sweep_dir, tmp_path):
                          "--baseline=a", "--last_k=0"], capture_output=True, text=True)
   assert zero.returncode == 2
   assert zero.stderr.strip() == "error: --last_k must be >= 1, got 0"
+
+
+def _slope_sweep(root, slopes, *, rounds=30, noise=0.0):
+  """Standalone flat at 0.5; 'fedmoe' = standalone + slope(seed) * round / 100 (so
+  ``slopes[seed] / 10`` points per round = slopes[seed] points per 10 rounds)."""
+  os.makedirs(root)
+  rng = np.random.default_rng(0)
+  for seed, slope in enumerate(slopes):
+    base = [0.5 + noise * rng.standard_normal() for _ in range(rounds)]
+    _write_run(root, "standalone", "s", seed, _rows(base))
+    _write_run(root, "fedmoe", "s", seed,
+               _rows([b + slope * t / 1000 for t, b in enumerate(base, start=1)]))
+  return root
+
+
+def test_per_round_differences_and_known_slope(tmp_path):
+  root = _slope_sweep(str(tmp_path / "sw"), [1.0, 2.0, 3.0])
+  (c,) = paired.compare_rounds(paired.load_runs(root), "standalone")
+  assert (c.method, c.base_method, c.seeds) == ("fedmoe", "standalone", (0, 1, 2))
+  np.testing.assert_array_equal(c.rounds, np.arange(1, 31))
+  # at round t seed s differs by slope_s * t / 10 points
+  np.testing.assert_allclose(c.at(20), [2.0, 4.0, 6.0], atol=1e-9)
+  mean, se = c.mean_se()
+  np.testing.assert_allclose(mean, 2.0 * np.arange(1, 31) / 10, atol=1e-9)
+  np.testing.assert_allclose(se, np.arange(1, 31) / 10 / math.sqrt(3), atol=1e-9)
+  t = c.trend()
+  assert (t.first, t.last) == (21, 30)  # the last third of 30 rounds
+  assert t.slope == pytest.approx(2.0)  # points per 10 rounds, mean of 1, 2, 3
+  assert t.se == pytest.approx(1 / math.sqrt(3))
+  assert t.direction == "rising"
+  # read at round 15 (as a run stopped there): the window is rounds 11..15
+  t15 = c.trend(upto=15)
+  assert (t15.first, t15.last, t15.direction) == (11, 15, "rising")
+  assert t15.slope == pytest.approx(2.0)
+
+
+def test_trend_directions_and_errors():
+  rounds = np.arange(1, 13)
+  flat = paired.trend(rounds, np.array([rounds * 0.1, -rounds * 0.1]))
+  assert flat.slope == pytest.approx(0.0) and flat.direction == "flat"
+  falling = paired.trend(rounds, np.array([-rounds * 0.1, -rounds * 0.2, -rounds * 0.3]))
+  assert falling.slope == pytest.approx(-2.0) and falling.direction == "falling"
+  one_seed = paired.trend(rounds, np.array([rounds * 0.5]))
+  assert one_seed.slope == pytest.approx(5.0)
+  assert math.isnan(one_seed.se) and one_seed.direction == "flat"
+  assert "+5.00 per 10 rounds over rounds 9-12: flat" == str(one_seed)
+  with pytest.raises(ValueError, match="a slope needs two"):
+    paired.trend(np.array([1, 2, 3]), np.zeros((2, 3)))
+  with pytest.raises(ValueError, match="no evaluation at or before round 2"):
+    paired.RoundComparison("a", "", "b", "", "mean_test_acc", (0,), np.array([5, 10]),
+                           np.zeros((1, 2))).at(2)
+
+
+def test_per_round_uses_rounds_every_run_evaluated(tmp_path):
+  root = str(tmp_path / "sw")
+  os.makedirs(root)
+  _write_run(root, "standalone", "s", 0, [{"round": t, "mean_test_acc": 0.5}
+                                          for t in (2, 4, 6, 8)])
+  _write_run(root, "fedmrl", "s", 0, [{"round": t, "mean_test_acc": 0.6}
+                                      for t in (1, 2, 3, 4, 6, 8)])
+  _write_run(root, "fedmrl", "s", 1, [{"round": 8, "mean_test_acc": 0.6}],
+             finished=False)  # unfinished: ignored
+  (c,) = paired.compare_rounds(paired.load_runs(root), "standalone")
+  np.testing.assert_array_equal(c.rounds, [2, 4, 6, 8])
+  np.testing.assert_allclose(c.diffs, [[10.0] * 4], atol=1e-6)
+  np.testing.assert_allclose(c.at(5), [10.0], atol=1e-6)  # round 4's value
+
+
+def test_report_says_where_each_difference_is_going(tmp_path):
+  root = _slope_sweep(str(tmp_path / "sw"), [1.0, 2.0, 3.0])
+  text = paired.paired_report(root, "standalone", per_round=True)
+  assert ("| fedmoe | s | (a) | 3 | 30 | +6.00 ± 1.73 | +2.00 ± 0.58 | rising |"
+          in text)
+  assert "| 20 | +4.00 ± 1.15 |" in text  # the per-round listing
+  assert "| 20 |" not in paired.paired_report(root, "standalone")

@@ -110,8 +110,12 @@ def group_values(runs: Sequence[RunData], last_k: int) -> dict:
   return groups
 
 
-def compare(groups: dict, baseline: str) -> list[Comparison]:
-  """Every group against ``baseline``, a setting or a method name of ``groups``.
+def pairs(groups: dict, baseline: str) -> list[tuple[tuple, tuple, tuple]]:
+  """``[(group, baseline group, shared seeds)]``: every group of ``groups`` (``{(method,
+  setting): {seed: ...}}``) against ``baseline``, a setting or a method name of them.
+
+  A setting as baseline pairs each method's other settings with that setting (bf16
+  against float32); a method pairs every other method with it within each setting.
 
   Raises:
     ValueError: ``baseline`` names no group, or both a method and a setting.
@@ -129,17 +133,172 @@ def compare(groups: dict, baseline: str) -> list[Comparison]:
     base_key = (method, baseline) if is_setting else (baseline, setting)
     if base_key == (method, setting) or base_key not in groups:
       continue
-    base_values = groups[base_key]
-    seeds = tuple(sorted(set(values) & set(base_values)))
-    if not seeds:
-      continue
+    seeds = tuple(sorted(set(values) & set(groups[base_key])))
+    if seeds:
+      out.append(((method, setting), base_key, seeds))
+  return out
+
+
+def compare(groups: dict, baseline: str) -> list[Comparison]:
+  """Every group against ``baseline``, a setting or a method name of ``groups``
+  (``pairs``), in the ``METRICS`` columns both groups' runs hold.
+
+  Raises:
+    ValueError: ``baseline`` names no group, or both a method and a setting.
+  """
+  out = []
+  for key, base_key, seeds in pairs(groups, baseline):
+    values, base_values = groups[key], groups[base_key]
     titles = [t for t, _, _ in METRICS
               if all(t in values[s] and t in base_values[s] for s in seeds)]
     out.append(Comparison(
-        method, setting, *base_key, seeds,
+        *key, *base_key, seeds,
         {t: np.array([values[s][t] - base_values[s][t] for s in seeds]) for t in titles},
         {t: np.array([base_values[s][t] for s in seeds]) for t in titles}))
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundComparison:
+  """One group against the baseline group at every round both evaluated, seed by seed.
+
+  Attributes:
+    method, setting, base_method, base_setting: as ``Comparison``.
+    key: the ``metrics.jsonl`` accuracy compared (``mean_test_acc``: protocol (a)).
+    seeds: the seeds both groups finished, sorted.
+    rounds: the rounds every one of those runs evaluated [R], ascending.
+    diffs: per-seed differences in points [len(seeds), R] (group minus baseline).
+  """
+  method: str
+  setting: str
+  base_method: str
+  base_setting: str
+  key: str
+  seeds: tuple
+  rounds: np.ndarray
+  diffs: np.ndarray
+
+  def at(self, round_: int) -> np.ndarray:
+    """The per-seed differences at ``round_`` (the last evaluated round <= it)."""
+    i = int(np.searchsorted(self.rounds, round_, side="right")) - 1
+    if i < 0:
+      raise ValueError(f"no evaluation at or before round {round_} "
+                       f"(first: {int(self.rounds[0])})")
+    return self.diffs[:, i]
+
+  def mean_se(self) -> tuple[np.ndarray, np.ndarray]:
+    """Per round: the mean difference and its standard error over seeds [R] each."""
+    n = self.diffs.shape[0]
+    se = (self.diffs.std(axis=0, ddof=1) / math.sqrt(n) if n > 1
+          else np.full(self.diffs.shape[1], np.nan))
+    return self.diffs.mean(axis=0), se
+
+  def trend(self, upto: int | None = None, fraction: float = 1 / 3) -> Trend:
+    """The slope of the difference over the last ``fraction`` of rounds 1..``upto``."""
+    return trend(self.rounds, self.diffs, upto=upto, fraction=fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trend:
+  """Where a paired difference is going at the end of a run.
+
+  Attributes:
+    slope: the mean over seeds of each seed's least-squares slope of the difference
+      against the round, over the window, in points per 10 rounds.
+    se: its standard error over seeds (nan for one seed).
+    first, last: the window's first and last evaluated round.
+  """
+  slope: float
+  se: float
+  first: int
+  last: int
+
+  @property
+  def direction(self) -> str:
+    """``'rising'`` / ``'falling'`` (slope beyond two standard errors) or ``'flat'``
+    (within them, or a single seed)."""
+    if math.isnan(self.se) or abs(self.slope) <= 2 * self.se:
+      return "flat"
+    return "rising" if self.slope > 0 else "falling"
+
+  def __str__(self) -> str:
+    se = "" if math.isnan(self.se) else f" ± {self.se:.2f}"
+    return (f"{self.slope:+.2f}{se} per 10 rounds over rounds {self.first}-{self.last}: "
+            f"{self.direction}")
+
+
+def trend(rounds: np.ndarray, diffs: np.ndarray, *, upto: int | None = None,
+          fraction: float = 1 / 3) -> Trend:
+  """The slope of per-seed differences over the last ``fraction`` of a run.
+
+  Args:
+    rounds: evaluated rounds [R], ascending.
+    diffs: per-seed differences [S, R].
+    upto: the run's last round to consider (default the last evaluated round): the
+      window is the evaluated rounds in ``(upto * (1 - fraction), upto]``.
+    fraction: the share of the run the window covers.
+
+  Returns:
+    ``Trend``: the seeds' mean slope (points per 10 rounds) and its standard error.
+
+  Raises:
+    ValueError: fewer than two evaluated rounds fall in the window.
+  """
+  rounds = np.asarray(rounds, dtype=np.float64)
+  last = float(rounds[-1]) if upto is None else float(upto)
+  window = (rounds > last * (1 - fraction)) & (rounds <= last)
+  if window.sum() < 2:
+    raise ValueError(f"the last {fraction:.0%} of rounds 1..{last:.0f} holds "
+                     f"{int(window.sum())} evaluated round(s); a slope needs two")
+  x = rounds[window]
+  y = np.asarray(diffs, dtype=np.float64)[:, window]
+  xc = x - x.mean()
+  slopes = 10.0 * (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+  mean, se = mean_se(slopes)
+  return Trend(mean, se, int(x[0]), int(x[-1]))
+
+
+def round_values(rows: Sequence[dict], key: str) -> dict:
+  """``{round: points}`` of the rows that evaluated ``key``."""
+  return {int(r["round"]): 100.0 * r[key] for r in rows if r.get(key) is not None}
+
+
+def compare_rounds(runs: Sequence[RunData], baseline: str,
+                   key: str = "mean_test_acc") -> list[RoundComparison]:
+  """Every finished group against ``baseline`` (a setting or a method), round by round.
+
+  Only seeds both groups finished count, and only rounds every one of those runs
+  evaluated.
+
+  Raises:
+    ValueError: ``baseline`` names no group, or both a method and a setting.
+  """
+  groups: dict = {}
+  for run in runs:
+    if run.per_client is not None:
+      groups.setdefault((run.method, run.setting), {})[run.seed] = round_values(
+          run.rows, key)
+  out = []
+  for group, base_key, _ in pairs(groups, baseline):
+    c = round_pair(groups[group], groups[base_key], group, base_key, key)
+    if c is not None:
+      out.append(c)
+  return out
+
+
+def round_pair(values: dict, base: dict, group: tuple, base_group: tuple,
+               key: str = "mean_test_acc") -> RoundComparison | None:
+  """``values`` minus ``base`` (each ``{seed: {round: points}}``) at the seeds both hold
+  and the rounds all of those runs evaluated; None when they share none."""
+  seeds = tuple(sorted(set(values) & set(base)))
+  if not seeds:
+    return None
+  common = set.intersection(*(set(values[s]) & set(base[s]) for s in seeds))
+  if not common:
+    return None
+  rounds = np.array(sorted(common))
+  diffs = np.array([[values[s][t] - base[s][t] for t in rounds] for s in seeds])
+  return RoundComparison(*group, *base_group, key, seeds, rounds, diffs)
 
 
 def mean_se(diffs: np.ndarray) -> tuple[float, float]:
@@ -186,33 +345,76 @@ def markdown(comparisons: Sequence[Comparison], *, last_k: int,
   return "\n".join(lines) + "\n"
 
 
+def trend_markdown(comparisons: Sequence[RoundComparison], *,
+                   per_round: bool = False) -> str:
+  """Where each difference is going: its value at the last round both evaluated, and
+  its slope over the last third of the run (``trend``); with ``per_round`` also the
+  difference at every evaluated round."""
+  if not comparisons:
+    return ""
+  protocol = {"mean_test_acc": "(a)", "sampled_test_acc": "(b)"}
+  lines = ["Where each difference is going: at the last round every seed evaluated, and "
+           "its slope over the last third of the run (each seed's least-squares slope, "
+           "mean ± standard error over the seeds, points per 10 rounds; `rising` or "
+           "`falling` beyond two standard errors, else `flat`).", "",
+           "| method | setting | protocol | n | last round | difference | slope / 10 rounds "
+           "| going |", "|---|---|---|---:|---:|---:|---:|---|"]
+  for c in comparisons:
+    try:
+      t = c.trend()
+    except ValueError:  # too few evaluated rounds in the last third
+      t = None
+    slope = "–" if t is None else (
+        f"{t.slope:+.2f}" + ("" if math.isnan(t.se) else f" ± {t.se:.2f}"))
+    lines.append(f"| {c.method} | {c.setting} | {protocol.get(c.key, c.key)} | "
+                 f"{len(c.seeds)} | {int(c.rounds[-1])} | {_cell(c.diffs[:, -1])} | "
+                 f"{slope} | {'–' if t is None else t.direction} |")
+  if per_round:
+    for c in comparisons:
+      lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / {c.base_setting}, "
+                f"{protocol.get(c.key, c.key)}, by round (mean ± s.e. over seeds "
+                f"{', '.join(map(str, c.seeds))}):", "", "| round | difference |",
+                "|---:|---:|"]
+      lines += [f"| {int(r)} | {_cell(c.diffs[:, i])} |" for i, r in enumerate(c.rounds)]
+  return "\n".join(lines) + "\n"
+
+
 def paired_report(sweep_dir: str, baseline: str, *, last_k: int = 5,
-                  per_seed: bool = False) -> str:
-  """The Markdown report of ``sweep_dir``'s groups against ``baseline``."""
+                  per_seed: bool = False, per_round: bool = False) -> str:
+  """The Markdown report of ``sweep_dir``'s groups against ``baseline``: the table of
+  differences, then where each is going (``trend_markdown``)."""
   if last_k < 1:
     raise ValueError(f"--last_k must be >= 1, got {last_k}")
   runs = load_runs(sweep_dir)
   if not runs:
     raise FileNotFoundError(f"no run directories with metrics under {sweep_dir!r}")
-  return markdown(compare(group_values(runs, last_k), baseline), last_k=last_k,
-                  per_seed=per_seed)
+  table = markdown(compare(group_values(runs, last_k), baseline), last_k=last_k,
+                   per_seed=per_seed)
+  rounds = [c for key in ("mean_test_acc", "sampled_test_acc")
+            for c in compare_rounds(runs, baseline, key)]
+  trends = trend_markdown(rounds, per_round=per_round)
+  return table + ("\n" + trends if trends else "")
 
 
 def cli() -> None:
-  """The command line: ``--sweep_dir``, ``--baseline``, ``--last_k``, ``--per_seed``."""
+  """The command line: ``--sweep_dir``, ``--baseline``, ``--last_k``, ``--per_seed``,
+  ``--per_round``."""
   from absl import app, flags  # noqa: PLC0415
 
   sweep_dir = flags.DEFINE_string("sweep_dir", None, "A sweep directory (or of runs).")
   baseline = flags.DEFINE_string("baseline", None, "A setting or a method to subtract.")
   last_k = flags.DEFINE_integer("last_k", 5, "Rounds averaged by the `last k` columns.")
   per_seed = flags.DEFINE_bool("per_seed", False, "Also list every seed's difference.")
+  per_round = flags.DEFINE_bool("per_round", False,
+                                "Also list the difference at every evaluated round.")
   flags.mark_flags_as_required(["sweep_dir", "baseline"])
 
   def main(argv):
     del argv
     try:
       print(paired_report(sweep_dir.value, baseline.value, last_k=last_k.value,
-                          per_seed=per_seed.value), end="", flush=True)
+                          per_seed=per_seed.value, per_round=per_round.value),
+            end="", flush=True)
     except (ValueError, FileNotFoundError) as err:
       print(f"error: {err}", file=sys.stderr, flush=True)
       sys.exit(2)

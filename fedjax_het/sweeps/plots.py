@@ -17,7 +17,9 @@ r"""Figures (PNG, matplotlib Agg) and TensorBoard logs (tensorboardX) from run w
   seed-averaged accuracy curve first reaches ``--target`` (default: the lowest final
   accuracy among the methods, which every method reaches);
 
-and for every FedMoE workdir ``gates_<run>.png``: per client, the histogram of the
+with ``--paired=METHOD`` ``paired_rounds_<setting>.png`` and ``paired_dots_<setting>.png``
+(every other method minus METHOD at the same seed, by round with a ± 2 s.e. band, and
+at the final round), and for every FedMoE workdir ``gates_<run>.png``: per client, the histogram of the
 global expert's gate weight alpha_G over its test samples (restored from the final
 checkpoint; needs the run's data and the same device count). ``tb/<run>/`` holds a
 TensorBoard event log of each run's ``metrics.jsonl`` scalars; ``plots.json`` lists the
@@ -41,6 +43,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fedjax_het.sweeps import paired as paired_lib  # noqa: E402
 from fedjax_het.sweeps import runner as sweep_lib  # noqa: E402
 from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
@@ -227,6 +230,80 @@ def plot_gates(weights: Sequence[np.ndarray], name: str, path: str) -> str:
   return save(fig, path)
 
 
+def plot_paired_rounds(comparisons: Sequence, title: str, path: str,
+                       marks: Sequence[int] = ()) -> str:
+  """Paired differences against round, one line per ``paired.RoundComparison``: the
+  mean over seeds with a band of ± 2 standard errors, a zero line, and dashed lines at
+  the rounds ``marks`` (where verdicts are read)."""
+  fig = new_figure()
+  ax = fig.add_subplot()
+  for c in comparisons:
+    mean, se = c.mean_se()
+    label = c.method if c.base_method != c.method else c.setting
+    (line,) = ax.plot(c.rounds, mean, label=f"{label} (n={len(c.seeds)})")
+    if len(c.seeds) > 1:
+      ax.fill_between(c.rounds, mean - 2 * se, mean + 2 * se, color=line.get_color(),
+                      alpha=0.2)
+  ax.axhline(0, color="black", linewidth=0.8)
+  for mark in marks:
+    ax.axvline(mark, color="grey", linestyle="--", linewidth=0.8)
+  first = comparisons[0]
+  base = (first.base_method if first.base_method != first.method
+          else f"{first.method} / {first.base_setting}")
+  ax.set(xlabel="round", ylabel=f"test accuracy minus {base} (points)")
+  ax.set_title(title, fontsize=10)
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize="small")
+  return save(fig, path)
+
+
+def plot_paired_dots(labels: Sequence[str], diffs: Sequence[np.ndarray], title: str,
+                     xlabel: str, path: str) -> str:
+  """One row per label: the per-seed differences (small dots), their mean (large dot)
+  and ± 2 standard errors (bar), against a zero line."""
+  fig = new_figure((6.4, max(2.4, 0.45 * len(labels) + 1.2)))
+  ax = fig.add_subplot()
+  for i, d in enumerate(diffs):
+    d = np.asarray(d, dtype=np.float64)
+    mean = d.mean()
+    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0.0
+    ax.errorbar(mean, i, xerr=2 * se, fmt="o", color=f"C{i % 10}", capsize=3)
+    ax.plot(d, np.full(len(d), i), ".", color=f"C{i % 10}", alpha=0.5)
+  ax.axvline(0, color="black", linewidth=0.8)
+  ax.set_yticks(range(len(labels)), labels, fontsize="small")
+  ax.invert_yaxis()
+  ax.set(xlabel=xlabel)
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3, axis="x")
+  return save(fig, path)
+
+
+def paired_figures(setting: str, runs: Sequence[RunData], baseline: str,
+                   out: str) -> list[dict]:
+  """Every method of a setting minus ``baseline`` seed by seed: the difference against
+  round (``plot_paired_rounds``) and at the final round (``plot_paired_dots``)."""
+  comparisons = paired_lib.compare_rounds(runs, baseline)
+  if not comparisons:
+    return []
+  name = f"{setting} minus {baseline}" if setting else f"minus {baseline}"
+  rounds_path = os.path.join(out, fig_name("paired_rounds", setting))
+  dots_path = os.path.join(out, fig_name("paired_dots", setting))
+  return [
+      figure("paired_rounds", setting,
+             plot_paired_rounds(comparisons, f"Paired difference by round\n{name}",
+                                rounds_path), out,
+             f"Each method minus {baseline} at the same seed (same partition), every "
+             "evaluated round: mean over seeds, band ± 2 standard errors."),
+      figure("paired_dots", setting,
+             plot_paired_dots([c.method for c in comparisons],
+                              [c.diffs[:, -1] for c in comparisons],
+                              f"At the final round\n{name}",
+                              f"test accuracy minus {baseline} (points)", dots_path), out,
+             f"Each method minus {baseline} at the final round: the seeds (small dots), "
+             "their mean and ± 2 standard errors.")]
+
+
 # ----------------------------------------------------------------------------- FedMoE gates
 
 
@@ -377,6 +454,7 @@ def gate_figures(runs: Sequence[RunData], out: str,
 
 def make_plots(root: str, out: str, *, compare: Sequence[str] | None = None,
                target: float | None = None, gates: bool = True,
+               paired: str | None = None,
                log: Callable[[str], None] = print, command: str | None = None) -> dict:
   """Writes every figure and TensorBoard log of the runs under ``root`` into ``out``.
 
@@ -387,6 +465,7 @@ def make_plots(root: str, out: str, *, compare: Sequence[str] | None = None,
     target: accuracy (fraction) for the cost-to-target figure; default per setting the
       lowest final accuracy among the methods.
     gates: draw the FedMoE gate figures (restores checkpoints, compiles the gate).
+    paired: a method every other is compared with seed by seed (``paired_figures``).
     log: where warnings and progress go.
     command: the command line, recorded in ``plots.json``.
 
@@ -402,8 +481,10 @@ def make_plots(root: str, out: str, *, compare: Sequence[str] | None = None,
   os.makedirs(out, exist_ok=True)
   figures = []
   for setting in _in_order(r.setting for r in runs):
-    figures += setting_figures(setting, [r for r in runs if r.setting == setting], out,
-                               compare=compare, target=target, log=log)
+    mine = [r for r in runs if r.setting == setting]
+    figures += setting_figures(setting, mine, out, compare=compare, target=target, log=log)
+    if paired:
+      figures += paired_figures(setting, mine, paired, out)
   if gates:
     figures += gate_figures(runs, out, log)
   for f in figures:
@@ -424,6 +505,8 @@ def cli() -> None:
   compare_flag = flags.DEFINE_list("compare", None, "Two methods A,B: per-client A - B.")
   target_flag = flags.DEFINE_float("target", None, "Target accuracy (fraction in (0, 1]).")
   gates_flag = flags.DEFINE_bool("gates", True, "FedMoE gate figures (restore checkpoints).")
+  paired_flag = flags.DEFINE_string("paired", None, "A method every other is compared "
+                                    "with seed by seed: difference by round and at the end.")
   flags.mark_flags_as_required(["runs", "out"])
 
   def main(argv):
@@ -433,6 +516,7 @@ def cli() -> None:
     try:
       manifest = make_plots(runs_flag.value, out_flag.value, compare=compare_flag.value,
                             target=target_flag.value, gates=gates_flag.value,
+                            paired=paired_flag.value,
                             command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     except (ValueError, FileNotFoundError) as err:
       print(f"error: {err}", file=sys.stderr, flush=True)

@@ -1,0 +1,21 @@
+r"""FedMRL M2 (Fig. 6 left) and M3 (Fig. 6 right): the representation width d1 of the
+shared small model in {100, 200, 300, 400, 500} (smaller d1: higher accuracy, lower
+cost), and the Matryoshka heads on and off (``algo.use_mrl``) at each d1's ends.
+The ledger's cut (``protocol.py``) at T = 40.
+
+  python experiments/sweep.py --sweep=experiments/claims/m2_m3_fedmrl.py \
+      --sweep_dir=results/claims/m2_m3_fedmrl --seed_batch=3 --budget_min=45
+"""
+import os
+
+from fedjax_het.sweeps import runner
+
+protocol = runner.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
+
+
+def get_config(arg=None):
+  settings = {f"d1={d}": {"algo.d1": d} for d in (100, 200, 300, 400, 500)}
+  settings.update({f"d1={d}, no MRL": {"algo.d1": d, "algo.use_mrl": False}
+                   for d in (100, 500)})
+  return protocol.sweep(["fedmrl"], settings, arg=arg)

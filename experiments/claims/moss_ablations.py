@@ -1,0 +1,23 @@
+r"""Moss S1-S3: fidelity-guided aggregation (FILE) against plain averaging of the proxies
+(``algo.aggregation='uniform'``, Sec. 4.8.3), the weight mapping WIRE against its
+ablation (``algo.mapping='naive'``), and a public set of 25% of the ledger's 200
+examples. The ledger's cut (``protocol.py``) at T = 40.
+
+  python experiments/sweep.py --sweep=experiments/claims/moss_ablations.py \
+      --sweep_dir=results/claims/moss_ablations --seed_batch=3 --budget_min=45
+"""
+import os
+
+from fedjax_het.sweeps import runner
+
+protocol = runner.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
+
+
+def get_config(arg=None):
+  return protocol.sweep(
+      ["moss"],
+      {"FILE + WIRE": {}, "uniform": {"algo.aggregation": "uniform"},
+       "naive mapping": {"algo.mapping": "naive"},
+       "public 25%": {"algo.public_size": 50}},
+      arg=arg)

@@ -1,0 +1,72 @@
+r"""The claims ledger's cut of the papers' protocol, shared by the sweeps beside it.
+
+The papers' protocol (``experiments/sweeps/paper_table.py``: SGD momentum 0.9, weight
+decay 1e-3, clipping at 50, flip + crop + erasing, pFedHN's U(0.4, 0.6) shares,
+CIFAR's test split in each client's training proportions, K = round(C * N), both
+evaluation protocols every round) at the papers' N = 100, C = 10% on CIFAR-10 (2 of 10
+classes per client, CNN-1..5), cut for 2 CPU cores by examples and rounds, never by
+clients: 100 training examples per client (``data.subsample`` 12,000 of the official
+pool: 10,000 train + 2,000 test; the papers' clients hold about 400), E = 5 local epochs
+with B = 64: 10 SGD steps per visit, as the papers' E = 10 epochs of one B = 512 step
+each on 400 examples; T = 40 rounds (``ROUNDS``; the papers' 500).
+Every sweep holds Moss's public set of 200 examples out of the clients' pool, so runs
+of one seed and setting share their partition across sweeps and pair across them.
+``:cifar100`` switches every sweep to CIFAR-100 with the papers' 10 of 100 classes.
+"""
+import os
+
+import ml_collections
+
+from fedjax_het.sweeps import runner
+
+paper_table = runner.load_module(os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_table.py"))
+
+ROUNDS = 40  # the ledger's budget T; the headline comparisons also run 3 T
+SEEDS = (0, 1, 2)
+CUT = {**paper_table.PROTOCOL, "num_rounds": ROUNDS, "local_epochs": 5, "batch_size": 64,
+       "data.validation": 0, "data.subsample": 12000, "num_clients": 100,
+       "participation": 0.1, "checkpoint_every": 10, "data.public": 200}
+ALGORITHM_OVERRIDES = {**paper_table.ALGORITHM_OVERRIDES,
+                       "moss": {"algo.public_size": 200}}
+# dataset switch: (data.name, classes per client of the papers' pathological split)
+DATASETS = {"cifar10": ("cifar10", 2), "cifar100": ("cifar100", 10)}
+
+
+def dataset(arg: str | None) -> tuple[str, int]:
+  """``(data.name, classes per client)`` for a sweep file's ``get_config(arg)``."""
+  name = arg or "cifar10"
+  if name not in DATASETS:
+    raise ValueError(f"unknown claims dataset {name!r}; valid: {sorted(DATASETS)}")
+  return DATASETS[name]
+
+
+def sweep(algorithms, settings: dict, *, arg: str | None = None, rounds: int = ROUNDS,
+          algorithm_overrides: dict | None = None,
+          seeds=SEEDS) -> ml_collections.ConfigDict:
+  """A claims sweep: ``settings`` ({name: dotted overrides}) on top of the cut.
+
+  Args:
+    algorithms: the rows (config names, as in any sweep file).
+    settings: the columns; each gets the dataset of ``arg`` unless it names one.
+    arg: ``None``/``'cifar10'`` or ``'cifar100'`` (the sweep file's variant).
+    rounds: T of every run.
+    algorithm_overrides: per row, on top of ``ALGORITHM_OVERRIDES``.
+    seeds: the seeds of every cell.
+  """
+  name, classes = dataset(arg)
+  c = ml_collections.ConfigDict()
+  c.algorithms = list(algorithms)
+  c.variant = ""
+  c.settings = ml_collections.ConfigDict(
+      {title: {"data.name": name, "partition.classes_per_client": classes, **values}
+       for title, values in settings.items()},
+      allow_dotted_keys=True, sort_keys=False)
+  c.seeds = tuple(seeds)
+  c.base_overrides = ml_collections.ConfigDict({**CUT, "num_rounds": rounds},
+                                               allow_dotted_keys=True, sort_keys=False)
+  per_algorithm = {k: dict(v) for k, v in ALGORITHM_OVERRIDES.items() if k in algorithms}
+  for k, v in (algorithm_overrides or {}).items():
+    per_algorithm[k] = {**per_algorithm.get(k, {}), **v}
+  c.algorithm_overrides = ml_collections.ConfigDict(per_algorithm, allow_dotted_keys=True)
+  return c

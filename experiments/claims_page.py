@@ -1,0 +1,44 @@
+r"""Writes the claims ledger (docs/claims.md) from the runs under results/claims/.
+
+  python experiments/claims_page.py --results=results --out=docs/claims.md
+
+The command line of ``fedjax_het.sweeps.claims`` (its docstring says how claims are
+read and judged); the rows are ``experiments/claims/ledger.py``.
+"""
+import os
+import shlex
+import sys
+
+from absl import app, flags
+
+from fedjax_het import cli as cli_lib
+from fedjax_het.sweeps import claims, runner
+
+RESULTS = flags.DEFINE_string("results", "results",
+                              "The directory the ledger's sweep directories are under.")
+OUT = flags.DEFINE_string("out", "docs/claims.md", "The Markdown page to write.")
+LEDGER = flags.DEFINE_string("ledger", os.path.join(os.path.dirname(__file__), "claims",
+                                                    "ledger.py"),
+                             "The ledger file (ABOUT, CLAIMS and NOT_TESTED).")
+FIGURES = flags.DEFINE_string("figures", "",
+                              "Where the figures go (default <results>/claims/figures).")
+
+
+def main(argv):
+  del argv
+  try:
+    ledger = runner.load_module(LEDGER.value)
+    runs = claims.load_sweeps(RESULTS.value, ledger.CLAIMS)
+    text = claims.render(
+        ledger.CLAIMS, runs, page_path=OUT.value,
+        figures_dir=FIGURES.value or os.path.join(RESULTS.value, "claims", "figures"),
+        results=RESULTS.value, notes=ledger.NOT_TESTED, about=ledger.ABOUT,
+        command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+  except (ValueError, FileNotFoundError) as err:
+    cli_lib.fail(err)
+  runner.write_text(OUT.value, text)
+  print(f"wrote {OUT.value}: {len(ledger.CLAIMS)} claims", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

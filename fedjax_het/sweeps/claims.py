@@ -1,0 +1,314 @@
+r"""The claims ledger: the papers' claims tested on committed runs, with verdicts.
+
+  python experiments/claims_page.py --results=results --out=docs/claims.md
+
+A ledger (``experiments/claims/ledger.py``) is a list of ``Claim``: the paper's
+statement and number, the setting we ran, and two groups of runs (``Group``: a sweep
+directory under ``--results``, a method and a setting) compared seed by seed, at the
+same partition, at one or more rounds (``Claim.rounds``). Groups of different sweeps
+pair when their runs share the seed and the partition (the claims sweeps hold the same
+public set out of every pool); a comparison read at several budgets (T and 3 T) is one
+row per budget with a shared ``Claim.headline``.
+
+A claim's difference is the mean over seeds of the per-seed difference, with its
+standard error (``paired``), and its verdict (``verdict``):
+
+- ``reproduced``: the paper's sign beyond two standard errors and at least half the
+  paper's size (a claim without a number: the sign alone);
+- ``same direction, smaller``: the paper's sign beyond two standard errors, under half;
+- ``not seen``: within two standard errors of zero;
+- ``opposite``: the other sign beyond two standard errors;
+- a claim of no difference (a method robust to a setting): ``reproduced`` within two
+  standard errors of zero, ``differs`` beyond.
+
+Every row also says where the difference was going at the round read: the slope of the
+per-round difference over the last third of rounds 1..T (``paired.trend``), ``rising``
+or ``falling`` beyond two standard errors, else ``flat``. Tests: ``'paired'`` (A minus B
+in accuracy points, protocol (a)) and ``'clients'`` (the share of clients on which A
+beats B at the run's final round, minus 50%, in points: the papers' "76% of clients").
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from fedjax_het.sweeps import paired
+from fedjax_het.sweeps.rundirs import RunData, load_runs
+
+VERDICTS = ("reproduced", "same direction, smaller", "not seen", "opposite", "differs")
+TESTS = ("paired", "clients")
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """Runs of one method in one setting of one sweep (``sweep``: its directory under the
+  ledger's results root)."""
+  sweep: str
+  method: str
+  setting: str
+
+  def __str__(self) -> str:
+    return f"{self.method} ({self.sweep}: {self.setting})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """One row of the ledger.
+
+  Attributes:
+    id: short name (``'P1 8/10'``); also the figure's file name.
+    paper: the paper's statement, with where it is (table, figure, section).
+    paper_points: the paper's difference in points; its sign is the claim's direction.
+      None for a claim without a number (then ``direction`` gives the sign).
+    ran: the setting we ran and how it is cut from the paper's.
+    a, b: the groups compared (A minus B).
+    rounds: the rounds read (the last of them no later than the runs' last round).
+    sweep_files: the sweep files that make the runs (commands on the page).
+    test: ``'paired'`` or ``'clients'`` (module docstring).
+    direction: +1 or -1, the claim's sign when ``paper_points`` is None; 0 for a claim
+      of no difference (robustness): ``reproduced`` when within two standard errors of
+      zero, else ``differs``.
+    headline: the name shared by one comparison's rows at several budgets (the page
+      says where their verdicts differ), or "".
+  """
+  id: str
+  paper: str
+  paper_points: float | None
+  ran: str
+  a: Group
+  b: Group
+  rounds: tuple
+  sweep_files: tuple
+  test: str = "paired"
+  direction: int = 1
+  headline: str = ""
+
+  def __post_init__(self):
+    if self.test not in TESTS:
+      raise ValueError(f"claim {self.id}: test={self.test!r} is not one of {TESTS}")
+    if not self.rounds:
+      raise ValueError(f"claim {self.id}: no rounds to read")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+  """A claim read at one round: per-seed differences, their mean ± s.e., the trend."""
+  round: int
+  diffs: np.ndarray
+  mean: float
+  se: float
+  trend: paired.Trend | None
+  verdict: str
+
+
+def verdict(mean: float, se: float, paper_points: float | None,
+            direction: int = 1) -> str:
+  """The verdict of a difference ``mean`` ± ``se`` against the paper's (module docstring).
+
+  Raises:
+    ValueError: ``se`` is nan (a single seed has no verdict).
+  """
+  if math.isnan(se):
+    raise ValueError("a verdict needs at least two seeds (no standard error)")
+  if direction == 0 and paper_points is None:
+    return "reproduced" if abs(mean) <= 2 * se else "differs"
+  if abs(mean) <= 2 * se:
+    return "not seen"
+  sign = direction if paper_points is None else math.copysign(1, paper_points)
+  if mean * sign < 0:
+    return "opposite"
+  if paper_points is None or abs(mean) >= abs(paper_points) / 2:
+    return "reproduced"
+  return "same direction, smaller"
+
+
+def group_runs(runs_by_sweep: dict, group: Group) -> list[RunData]:
+  """The finished runs of ``group``."""
+  return [r for r in runs_by_sweep.get(group.sweep, [])
+          if r.method == group.method and r.setting == group.setting
+          and r.per_client is not None]
+
+
+def round_comparison(claim: Claim, runs_by_sweep: dict) -> paired.RoundComparison | None:
+  """A minus B at every round both groups' finished runs evaluated (protocol (a))."""
+  def values(group):
+    return {r.seed: paired.round_values(r.rows, "mean_test_acc")
+            for r in group_runs(runs_by_sweep, group)}
+  return paired.round_pair(values(claim.a), values(claim.b),
+                           (claim.a.method, claim.a.setting),
+                           (claim.b.method, claim.b.setting))
+
+
+def client_shares(claim: Claim, runs_by_sweep: dict) -> tuple[np.ndarray, int] | None:
+  """Per seed, the share of clients on which A beats B at the final round, minus 50%,
+  in points; and that final round. None when the groups share no finished seed."""
+  a = {r.seed: r for r in group_runs(runs_by_sweep, claim.a)}
+  b = {r.seed: r for r in group_runs(runs_by_sweep, claim.b)}
+  seeds = sorted(set(a) & set(b))
+  if not seeds:
+    return None
+  shares = [100.0 * np.mean(np.greater(a[s].per_client, b[s].per_client)) - 50.0
+            for s in seeds]
+  return np.array(shares), int(a[seeds[0]].rows[-1]["round"])
+
+
+def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
+  """The claim at each of its rounds the runs reached ([] when no pair finished)."""
+  if claim.test == "clients":
+    found = client_shares(claim, runs_by_sweep)
+    if found is None:
+      return []
+    diffs, last = found
+    mean, se = paired.mean_se(diffs)
+    return [Reading(last, diffs, mean, se, None,
+                    _verdict(mean, se, claim))]
+  c = round_comparison(claim, runs_by_sweep)
+  if c is None:
+    return []
+  out = []
+  for t in claim.rounds:
+    if t > c.rounds[-1]:
+      continue
+    diffs = c.at(t)
+    mean, se = paired.mean_se(diffs)
+    try:
+      trend = c.trend(upto=t)
+    except ValueError:
+      trend = None
+    out.append(Reading(t, diffs, mean, se, trend, _verdict(mean, se, claim)))
+  return out
+
+
+def _verdict(mean: float, se: float, claim: Claim) -> str:
+  return ("one seed: no verdict" if math.isnan(se)
+          else verdict(mean, se, claim.paper_points, claim.direction))
+
+
+def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
+  """``{sweep: [RunData]}`` of every sweep directory the claims name that exists."""
+  out = {}
+  for sweep in dict.fromkeys(g.sweep for c in claims for g in (c.a, c.b)):
+    path = os.path.join(results, sweep)
+    out[sweep] = load_runs(path) if os.path.isdir(path) else []
+  return out
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
+  """The claim's figure (difference by round, or per-client differences), or None."""
+  from fedjax_het.sweeps import plots  # noqa: PLC0415 - matplotlib only for the page
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, f"{plots.sweep_lib.slug(claim.id)}.png")
+  title = f"{claim.id}: {claim.a.method} minus {claim.b.method}"
+  if claim.test == "clients":
+    a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
+    if not a or not b:
+      return None
+    return plots.plot_client_diff(plots.client_diff(a, b), claim.a.method,
+                                  claim.b.method, claim.a.setting, path)
+  c = round_comparison(claim, runs_by_sweep)
+  if c is None:
+    return None
+  return plots.plot_paired_rounds([c], f"{title}\n{claim.a.setting}", path,
+                                  marks=[t for t in claim.rounds if t <= c.rounds[-1]])
+
+
+def _cell(r: Reading) -> str:
+  se = "" if math.isnan(r.se) else f" ± {r.se:.2f}"
+  return f"{r.mean:+.2f}{se} (n={len(r.diffs)})"
+
+
+def _trend(r: Reading) -> str:
+  if r.trend is None:
+    return "–"
+  se = "" if math.isnan(r.trend.se) else f" ± {r.trend.se:.2f}"
+  return f"{r.trend.direction} ({r.trend.slope:+.2f}{se} / 10 rounds)"
+
+
+def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
+  """The page's opening sentences, from the readings."""
+  read_rows = [(c, rs) for c, rs in rows if rs]
+  last = [rs[-1].verdict for _, rs in read_rows]
+  counts = ", ".join(f"{last.count(v)} {v}" for v in VERDICTS if last.count(v))
+  lines = [f"{len(read_rows)} of {len(rows)} claims have finished runs"
+           + (f"; at the longest budget read: {counts}." if counts else ".")]
+  budgets: dict = {}  # one comparison's readings over its rows (its budgets)
+  for c, rs in read_rows:
+    budgets.setdefault(c.headline or c.id, []).extend(rs)
+  for name, rs in budgets.items():
+    if len(rs) > 1 and len({r.verdict for r in rs}) > 1:
+      lines.append(f"{name}: the verdict changes with the budget: " + ", then ".join(
+          f"{r.verdict} at round {r.round} ({r.mean:+.2f} ± {r.se:.2f})" for r in rs) + ".")
+  moving = [f"{c.id} ({rs[-1].trend.direction})" for c, rs in read_rows
+            if rs[-1].trend is not None and rs[-1].trend.direction != "flat"]
+  if moving:
+    lines.append("Still moving at the last round read (slope beyond two standard "
+                 "errors): " + ", ".join(moving) + ".")
+  return lines
+
+
+def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
+           figures_dir: str, results: str, command: str | None = None,
+           notes: Sequence[tuple[str, str]] = (), about: str = "") -> str:
+  """The ledger's Markdown page (figures written into ``figures_dir``).
+
+  ``notes``: ``(claim, why it has no row yet)`` for claims the ledger does not test;
+  ``about``: the runs' common setting, said once under the summary.
+  """
+  page_dir = os.path.dirname(os.path.abspath(page_path))
+  rows = [(c, read(c, runs_by_sweep)) for c in claims]
+  lines = ["# Claims ledger", "",
+           "<!-- Generated by experiments/claims_page.py from the runs under "
+           f"{results}; do not edit by hand. -->", "", *summary_lines(rows), "",
+           *([about, ""] if about else []),
+           "| claim | paper | we ran | round | A − B, points | going | verdict |",
+           "|---|---|---|---:|---:|---|---|"]
+  figures = []
+  for c, readings in rows:
+    fig = figure_for(c, runs_by_sweep, figures_dir) if readings else None
+    name = f"[{c.id}](#{plots_anchor(c.id)})" if fig else c.id
+    paper = c.paper + ("" if c.paper_points is None else f" ({c.paper_points:+.2f})")
+    what = f"{c.a.method} − {c.b.method}, {c.ran}"
+    if not readings:
+      lines.append(f"| {c.id} | {paper} | {what} | – | runs not finished | – | pending |")
+      continue
+    for i, r in enumerate(readings):
+      lines.append(f"| {name if i == 0 else ''} | {paper if i == 0 else ''} | "
+                   f"{what if i == 0 else ''} | {r.round} | {_cell(r)} | {_trend(r)} | "
+                   f"{r.verdict} |")
+    if fig:
+      figures.append((c, os.path.relpath(fig, page_dir)))
+  lines += ["", "A − B: the mean over seeds of the per-seed difference (same seed: same "
+            "partition), ± its standard error; `clients`: the share of clients on which A "
+            "beats B at the final round, minus 50%. Going: the slope of the per-round "
+            "difference over the last third of the rounds read, beyond two standard "
+            "errors.", ""]
+  if notes:
+    lines += ["## Not tested yet", ""] + [f"- **{cid}**: {why}" for cid, why in notes]
+    lines.append("")
+  lines += ["## Figures", ""]
+  for c, rel in figures:
+    lines += [f"### {c.id}", "", f"{c.paper}. We ran: {c.ran}.", "",
+              f"![{c.id}]({rel})", ""]
+  sweeps = list(dict.fromkeys(f for c in claims for f in c.sweep_files))
+  lines += ["## Commands", "", "```sh"]
+  lines += [f"python experiments/sweep.py --sweep={f} --sweep_dir=" + os.path.join(
+      results, *(["claims"] if "/claims/" in f else []),
+      os.path.splitext(os.path.basename(f))[0]) + " --seed_batch=3 --budget_min=60"
+      for f in sweeps]
+  if command:
+    lines.append(command)
+  lines += ["```", ""]
+  return "\n".join(lines)
+
+
+def plots_anchor(claim_id: str) -> str:
+  """The Markdown anchor of a claim's figure heading (GitHub's rule)."""
+  return "".join(ch for ch in claim_id.lower().replace(" ", "-")
+                 if ch.isalnum() or ch in "-_")

@@ -1,0 +1,177 @@
+"""The claims ledger: its sweeps, the budget prefix, verdicts and the generated page."""
+import os
+
+import jax
+import pytest
+
+from fedjax_het import config as config_lib
+from fedjax_het.algorithms import SPECS
+from fedjax_het.sweeps import runner
+from fedjax_het.training import loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLAIMS = os.path.join(ROOT, "experiments", "claims")
+SWEEPS = sorted(f for f in os.listdir(CLAIMS)
+                if f.endswith(".py") and f not in ("protocol.py", "ledger.py"))
+# the algorithms whose rounds depend on the run's total number of rounds
+SCHEDULED = {"fedkd"}  # its SVD energy anneal spans the run
+
+
+def _round_jaxpr(tiny_config, name, num_rounds):
+  overrides = {"num_rounds": num_rounds}
+  if name == "moss":
+    overrides.update({"data.public": 16, "algo.public_size": 16, "algo.public_batch": 8,
+                      "algo.wire_layers": "rep"})
+  archs = "tiny" if SPECS[name].homogeneous_only else "tiny,cnn5"
+  exp = loop.prepare(tiny_config(name, archs, overrides))
+  state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+  return str(jax.make_jaxpr(exp.algorithm.round)(state, exp.data))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_round_depends_on_the_total_rounds_only_where_said(tiny_config, name):
+  """Round t of a 3T-round run is round t of a T-round run (same keys: ``fold_in(rng,
+  t)``), so the ledger reads its T-round verdicts off the 3T runs: the traced round is
+  the same program whatever ``num_rounds`` is, except for FedKD's anneal."""
+  same = _round_jaxpr(tiny_config, name, 40) == _round_jaxpr(tiny_config, name, 120)
+  assert same == (name not in SCHEDULED)
+
+
+@pytest.mark.parametrize("sweep_file", SWEEPS)
+@pytest.mark.parametrize("dataset", ["", "cifar100"])
+def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path):
+  """Every config of every claims sweep validates, on CIFAR-10 and by ``:cifar100``;
+  all keep their cut (N=100, C=10%, or paper_cpu's N=10, C=100% for the headline and
+  the baselines' switches) and hold the same public set out."""
+  sweep = runner.load_config_file(os.path.join(CLAIMS, sweep_file), dataset or None)
+  runs = runner.plan(sweep, str(tmp_path))
+  assert runs
+  for run in runs:
+    c = run.config
+    cut = (10, 1.0) if sweep_file in ("table.py", "baselines.py") else (100, 0.1)
+    assert (c.num_clients, c.participation, c.data.public) == (*cut, 200)
+    assert c.data.name == (dataset or "cifar10")
+    if c.partition.kind == "pathological":
+      assert c.partition.classes_per_client >= (10 if dataset else 2)
+  with pytest.raises(ValueError, match="unknown claims dataset 'mnist'"):
+    runner.load_config_file(os.path.join(CLAIMS, sweep_file), "mnist")
+
+
+def test_cifar100_claims_cell_runs_on_synthetic_arrays(tmp_path):
+  """The ``:cifar100`` switch reaches the data: a 2-round run of the table's cell on a
+  synthetic 100-class npz (CIFAR-100 is not on these machines)."""
+  import numpy as np
+  rng = np.random.default_rng(0)
+  path = str(tmp_path / "cifar100.npz")
+  y_tr, y_te = np.repeat(np.arange(100), 14), np.repeat(np.arange(100), 3)
+  np.savez(path, x_train=rng.integers(0, 256, (len(y_tr), 32, 32, 3), np.uint8),
+           y_train=y_tr, x_test=rng.integers(0, 256, (len(y_te), 32, 32, 3), np.uint8),
+           y_test=y_te)
+  sweep = runner.load_config_file(os.path.join(CLAIMS, "table.py"), "cifar100")
+  (run,) = [r for r in runner.plan(sweep, str(tmp_path)) if r.algorithm == "standalone"
+            and r.seed == 0]
+  c = config_lib.override(run.config, {
+      "data.path": path, "data.subsample": 0, "data.public": 100, "num_rounds": 2,
+      "models": "tiny", "data.augment": "none"})
+  summary = loop.run(c, str(tmp_path / "run"), log=lambda s: None)
+  assert summary["rounds_completed"] == 2
+  assert summary["data"]["num_classes"] == 100
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def test_verdicts_follow_the_ledger_rules():
+  from fedjax_het.sweeps.claims import verdict
+  assert verdict(8.0, 1.0, 13.1) == "reproduced"  # beyond 2 s.e., >= half the paper's
+  assert verdict(5.0, 1.0, 13.1) == "same direction, smaller"
+  assert verdict(1.9, 1.0, 13.1) == "not seen"
+  assert verdict(-3.0, 1.0, 13.1) == "opposite"
+  assert verdict(-10.0, 2.0, -18.76) == "reproduced"  # a negative claim
+  assert verdict(0.5, 0.2, None) == "reproduced"  # a sign without a number
+  assert verdict(0.5, 0.2, None, direction=-1) == "opposite"
+  assert verdict(0.3, 0.2, None, direction=0) == "reproduced"  # no difference claimed
+  assert verdict(0.5, 0.2, None, direction=0) == "differs"
+  with pytest.raises(ValueError, match="two seeds"):
+    verdict(1.0, float("nan"), 1.0)
+
+
+def _ledger_runs(root):
+  """table: standalone, fedmoe = standalone + 0.2 * round / 100 (seed-varied) at seeds
+  0-2 for 12 rounds; clients: fedmoe beats standalone on 3 of 4 clients."""
+  import json
+  import numpy as np
+  for method in ("standalone", "fedmoe"):
+    for seed in range(3):
+      workdir = os.path.join(root, "table", method, "cell", f"seed{seed}")
+      os.makedirs(workdir)
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump({"algorithm": method, "seed": seed}, f)
+      rows = [{"round": t, "mean_test_acc": 0.5 + (method == "fedmoe") * (0.002 + 0.001
+                                                                          * seed) * t}
+              for t in range(1, 13)]
+      with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+      per_client = [0.5, 0.5, 0.5, 0.5] if method == "standalone" else [0.6, 0.7, 0.8, 0.4]
+      with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump({"per_client_test_acc": list(np.asarray(per_client))}, f)
+
+
+def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
+  from fedjax_het.sweeps import claims
+  results = str(tmp_path / "results")
+  _ledger_runs(results)
+  a, b = (claims.Group("table", m, "cell") for m in ("fedmoe", "standalone"))
+  ledger = [
+      claims.Claim("headline", "paper says +1", 1.0, "the cut", a, b, (4, 12),
+                   ("experiments/claims/table.py",)),
+      claims.Claim("per client", "76% of clients", 26.0, "the cut", a, b, (12,),
+                   ("experiments/claims/table.py",), test="clients"),
+      claims.Claim("not run", "a claim", None, "the cut",
+                   claims.Group("p1_classes", "fedmoe", "4 classes"), b, (4,),
+                   ("experiments/claims/p1_classes.py",)),
+  ]
+  runs = claims.load_sweeps(results, ledger)
+  (r4, r12) = claims.read(ledger[0], runs)
+  # at round t seed s differs by (0.2 + 0.1 s) t points: mean 0.3 t, s.e. 0.1 t / sqrt(3)
+  assert (r4.round, r12.round) == (4, 12)
+  assert r4.mean == pytest.approx(1.2) and r12.mean == pytest.approx(3.6)
+  assert r4.verdict == "reproduced" and r12.trend.direction == "rising"
+  assert r12.trend.slope == pytest.approx(3.0)  # points per 10 rounds
+  (clients,) = claims.read(ledger[1], runs)
+  assert clients.mean == pytest.approx(25.0) and clients.se == 0.0  # 3/4 - 50%
+  assert claims.read(ledger[2], runs) == []
+  page = str(tmp_path / "docs" / "claims.md")
+  os.makedirs(os.path.dirname(page))
+  text = claims.render(ledger, runs, page_path=page,
+                       figures_dir=os.path.join(results, "figures"), results=results,
+                       notes=[("P5", "needs checkpoints")])
+  assert text.splitlines()[4].startswith("2 of 3 claims have finished runs")
+  assert "| not run | a claim |" in text and "| pending |" in text
+  assert "| 12 | +3.60 ± 0.69 (n=3) | rising (+3.00 ± 0.58 / 10 rounds) | reproduced |" in text
+  assert "- **P5**: needs checkpoints" in text
+  links = [line.split("](")[1].rstrip(")") for line in text.splitlines()
+           if line.startswith("![")]
+  assert len(links) == 2
+  for link in links:  # every figure the page links exists, relative to the page
+    assert os.path.exists(os.path.join(os.path.dirname(page), link)), link
+
+
+def test_every_ledger_group_names_a_planned_cell(tmp_path):
+  """Every claim's groups are (sweep file, method, setting) cells its sweep plans, and
+  every claim names the sweep files that make its runs."""
+  ledger = runner.load_module(os.path.join(CLAIMS, "ledger.py"))
+  cells = {}
+  for f in SWEEPS:
+    sweep = runner.load_config_file(os.path.join(CLAIMS, f))
+    cells[f[:-3]] = {(r.algorithm, r.setting) for r in runner.plan(sweep, str(tmp_path))}
+  assert len({c.id for c in ledger.CLAIMS}) == len(ledger.CLAIMS)
+  cells["paper_cpu"] = {(r.algorithm, r.setting) for r in runner.plan(
+      runner.load_config_file(os.path.join(ROOT, "experiments", "sweeps", "paper_cpu.py")),
+      str(tmp_path))}
+  files = {"paper_cpu": "experiments/sweeps/paper_cpu.py"}
+  for claim in ledger.CLAIMS:
+    for group in (claim.a, claim.b):
+      name = group.sweep.removeprefix("claims/")
+      assert (group.method, group.setting) in cells[name], (claim.id, group)
+      assert files.get(name, f"experiments/claims/{name}.py") in claim.sweep_files, claim.id
