@@ -7,7 +7,11 @@
 - ``results_page``: ``docs/results.md`` from a sweep and its figures;
   ``experiments/results_page.py``.
 - ``paired``: seed-matched differences between a sweep's methods or settings (mean and
-  standard error); ``experiments/paired.py``.
+  standard error), at the end and at every evaluated round with the trend over the
+  last third of the run; ``experiments/paired.py``.
+- ``claims``: the claims ledger, the papers' claims judged on committed runs
+  (``docs/claims.md``); ``experiments/claims_page.py``, rows in
+  ``experiments/claims/ledger.py``.
 - ``rundirs``: reading run directories (metrics, summary, place in the grid), shared by
   ``plots`` and ``paired``.
 
