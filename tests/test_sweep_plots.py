@@ -88,6 +88,12 @@ def test_mean_std_and_durations():
   assert means == [110.0, 110.0, None]
   assert sweep.sweep_eta([10.0, 20.0], means, elapsed=5.0) == 110 + 110 + 15 + 10
   assert sweep.sweep_eta([10.0, 20.0], [], elapsed=5.0, current=110.0) == 105
+  # a cell that has not run counts at its FLOPs (costs.json) times the seconds per FLOP
+  # the finished runs took: a later cell of 5x the FLOPs, 5x their time
+  flops = {("a", "s"): 2.0, ("b", "s"): 10.0}
+  assert sweep.cell_means({("a", "s"): [100.0, 120.0]}, runs, flops) == [110.0, 110.0,
+                                                                          550.0]
+  assert sweep.cell_means({}, runs, flops) == [None, None, None]  # no rate measured yet
   # between runs (a run just finished): only the later runs are left
   assert sweep.sweep_eta([10.0, 20.0], [], elapsed=None) == 0
   assert sweep.sweep_eta([10.0, 20.0], means, elapsed=None) == 110 + 110 + 15
@@ -321,11 +327,41 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   with_paired = results_page.write_page(sweep_dir, out, page_path, command="python page",
                                         paired="standalone")
   section = with_paired[with_paired.index("## Paired against standalone"):]
-  row = [l for l in section.splitlines() if l.startswith("| fedavg | ")]
+  table = section.split("Where each difference is going")[0]
+  row = [l for l in table.splitlines() if l.startswith("| fedavg | ")]
   assert len(row) == 1 and row[0].split(" | ")[1:3] == [SETTING, "2"]
   assert section.index("| fedavg | ") < section.index("## Figures")
   with pytest.raises(ValueError, match="no method or setting"):
     results_page.write_page(sweep_dir, out, page_path, paired="fedmrl")
+  # With --paired the figures add each method's difference by round and at the end.
+  manifest = plots.make_plots(sweep_dir, out, paired="standalone", gates=False,
+                              log=lambda s: None)
+  kinds = [f["kind"] for f in manifest["figures"]]
+  assert kinds == ["accuracy", "target", "paired_rounds", "paired_dots"]
+  assert _png_size(os.path.join(out, manifest["figures"][2]["path"])) == (640, 480)
+
+
+def test_results_page_answers_in_sentences_from_its_numbers():
+  from fedjax_het.sweeps import paired
+  comparisons = [
+      paired.Comparison("fedprox", "s", "standalone", "s", (0, 1, 2),
+                        {"best (a)": np.array([1.0, 1.2, 1.4])}, {}),
+      paired.Comparison("moss", "s", "standalone", "s", (0, 1, 2),
+                        {"best (a)": np.array([-5.0, -6.0, -7.0])}, {}),
+      paired.Comparison("fedmrl", "s", "standalone", "s", (0, 1, 2),
+                        {"best (a)": np.array([-1.0, 0.5, 1.0])}, {})]
+  rows = [{"algorithm": "standalone", "setting": "s", "status": "done",
+           "best_mean_test_acc": v} for v in (0.80, 0.90)]
+  lines = results_page.answer_lines(
+      comparisons, rows, {"cell": "the paper's cell", "values": {"standalone": 90.0,
+                                                                 "fedkd": 80.0}})
+  assert lines == [
+      "Against standalone at the same seeds (best (a), points, mean ± standard error): "
+      "fedprox (+1.20 ± 0.12) is above standalone; moss (-6.00 ± 0.58) is below "
+      "standalone beyond two standard errors; fedmrl within them.",
+      "Against the paper's cell (best round): ours minus the paper's, standalone -5.00 "
+      "points."]
+  assert results_page.answer_lines([], rows, None) == []
 
 
 def _random_state(abstract, seed=0):

@@ -37,6 +37,29 @@ def cell_key(run) -> str:
   return f"{run.algorithm}|{run.setting}"
 
 
+def _saved(sweep_dir: str) -> dict:
+  path = os.path.join(sweep_dir, COSTS_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def _comparable(run) -> dict:
+  config = run.config.to_dict()
+  config.pop("seed", None)
+  return json.loads(json.dumps(config))
+
+
+def saved_costs(runs: Sequence, sweep_dir: str) -> dict:
+  """``{(algorithm, setting): cost}`` of the runs' cells that ``<sweep_dir>/costs.json``
+  holds with the same config (nothing is computed)."""
+  saved = _saved(sweep_dir)
+  return {(run.algorithm, run.setting): saved[cell_key(run)] for run in runs
+          if cell_key(run) in saved
+          and saved[cell_key(run)].get("config") == _comparable(run)}
+
+
 def cell_costs(runs: Sequence, positions: Sequence[int], sweep_dir: str,
                log: Callable[[str], None] = print) -> dict:
   """``{cell key: {'total_flops', 'round_flops', 'num_rounds'}}`` of the runs' cells.
@@ -45,18 +68,14 @@ def cell_costs(runs: Sequence, positions: Sequence[int], sweep_dir: str,
   are computed (``estimate.run_cost``) and the file rewritten.
   """
   path = os.path.join(sweep_dir, COSTS_FILE)
-  saved = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
+  saved = _saved(sweep_dir)
   out = {}
   for i in positions:
     run, key = runs[i], cell_key(runs[i])
-    config = run.config.to_dict()
-    config.pop("seed", None)
+    config = _comparable(run)
     if key in out:
       continue
-    if key in saved and saved[key].get("config") == json.loads(json.dumps(config)):
+    if key in saved and saved[key].get("config") == config:
       out[key] = saved[key]
       continue
     exp = loop.prepare(run.config, place=False)

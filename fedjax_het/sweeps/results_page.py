@@ -11,6 +11,7 @@ Nothing is typed by hand; rerun the commands to refresh it.
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -23,7 +24,9 @@ from fedjax_het.sweeps import runner as sweep_lib
 KIND_TITLES = {"accuracy": "Mean test accuracy vs rounds",
                "client_diff": "Per-client accuracy difference",
                "target": "Cost to reach a target accuracy",
-               "gates": "FedMoE gate weights"}
+               "gates": "FedMoE gate weights",
+               "paired_rounds": "Paired difference by round",
+               "paired_dots": "Paired difference at the final round"}
 
 
 def figure_section(figures: Sequence[dict], plots_dir: str, page_dir: str,
@@ -44,9 +47,48 @@ def figure_section(figures: Sequence[dict], plots_dir: str, page_dir: str,
   return lines
 
 
+def answer_lines(comparisons: Sequence[paired_lib.Comparison], rows: Sequence[dict],
+                 paper: dict | None, metric: str = "best (a)") -> list[str]:
+  """The page's opening sentences, from its numbers: which methods differ from the
+  paired baseline beyond two standard errors, and how far the table's cells are from
+  the papers' (``paper``: ``{'cell': what the numbers are, 'values': {method: %}}``)."""
+  lines = []
+  if comparisons:
+    base = comparisons[0].base_method
+    groups = {"above": [], "below": [], "within": []}
+    for c in comparisons:
+      if metric not in c.diffs:
+        continue
+      mean, se = paired_lib.mean_se(c.diffs[metric])
+      key = ("within" if math.isnan(se) or abs(mean) <= 2 * se
+             else "above" if mean > 0 else "below")
+      groups[key].append(f"{c.method} ({mean:+.2f} ± {se:.2f})" if key != "within"
+                         else c.method)
+    said = [f"{', '.join(v)} {'is' if len(v) == 1 else 'are'} {k} {base}"
+            for k, v in groups.items() if v and k != "within"]
+    lines.append(f"Against {base} at the same seeds ({metric}, points, mean ± standard "
+                 "error): " + ("; ".join(said) if said else "no method differs")
+                 + " beyond two standard errors" + (
+                     f"; {', '.join(groups['within'])} within them." if groups["within"]
+                     else "."))
+  if paper:
+    stats = sweep_lib.cell_stats(rows, "best_mean_test_acc")
+    gaps = []
+    for method, value in paper["values"].items():
+      cells = [m for (a, _), (m, _, _) in stats.items() if a == method]
+      if cells:
+        gaps.append((method, 100 * cells[0] - value))
+    if gaps:
+      lines.append(
+          f"Against {paper['cell']} (best round): ours minus the paper's, "
+          + ", ".join(f"{m} {g:+.2f}" for m, g in gaps) + " points.")
+  return lines
+
+
 def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None, *,
                 sweep_dir: str, plots_dir: str, page_path: str,
-                page_command: str | None, about: str = "", paired: str = "") -> str:
+                page_command: str | None, about: str = "", paired: str = "",
+                answers: Sequence[str] = ()) -> str:
   """The page's Markdown text.
 
   Args:
@@ -59,6 +101,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
     page_command: the command that generated the page.
     about: the sweep file's docstring (what the sweep is, and is not), or "".
     paired: a section of seed-matched differences (``paired_section``), or "".
+    answers: the opening sentences (``answer_lines``).
   """
   runs = sweep_info["runs"]
   methods = list(dict.fromkeys(r["algorithm"] for r in runs))
@@ -75,10 +118,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
            "results.csv and plots.json; do not edit by hand. -->", "",
            f"{len(rows)} of {len(runs)} runs of the sweep; {len(methods)} methods x "
            f"{len(settings)} settings x {len(seeds)} seeds; rounds per run: "
-           f"{', '.join(map(str, rounds)) or '–'}.", "",
-           *(["## About this sweep", "", "```", about.strip(), "```", ""] if about else []),
-           "Produced by:", "", "```sh", *commands, "```", "",
-           "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", "",
+           f"{', '.join(map(str, rounds)) or '–'}.", "", *[f"{a}\n" for a in answers],
            sweep_lib.results_markdown(rows, methods=methods, settings=settings,
                                       seeds=seeds),
            f"Per-run numbers: [results.csv]({csv_link}).", "",
@@ -87,19 +127,36 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
     lines += figure_section(plots_info["figures"], plots_dir, page_dir, settings)
     lines += [f"TensorBoard logs of every run: `tensorboard --logdir "
               f"{os.path.join(plots_dir, 'tb')}`.", ""]
+  lines += [*(["## About this sweep", "", "```", about.strip(), "```", ""] if about else []),
+            "Produced by:", "", "```sh", *commands, "```", "",
+            "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", ""]
   return "\n".join(lines)
+
+
+def sweep_file(command: str) -> str | None:
+  """The sweep file named by ``--sweep=`` in ``command`` (None if absent or missing)."""
+  for arg in command.split():
+    if arg.startswith("--sweep="):
+      path = arg.split("=", 1)[1].split(":")[0]
+      if os.path.exists(path):
+        return path
+  return None
 
 
 def sweep_docstring(command: str) -> str:
   """The module docstring of the sweep file named by ``--sweep=`` in ``command``."""
   import ast
-  for arg in command.split():
-    if arg.startswith("--sweep="):
-      path = arg.split("=", 1)[1].split(":")[0]
-      if os.path.exists(path):
-        with open(path) as f:
-          return ast.get_docstring(ast.parse(f.read())) or ""
-  return ""
+  path = sweep_file(command)
+  if path is None:
+    return ""
+  with open(path) as f:
+    return ast.get_docstring(ast.parse(f.read())) or ""
+
+
+def paper_cells(command: str) -> dict | None:
+  """The sweep file's ``PAPER_CELLS`` (``{'cell', 'values': {method: %}}``), if any."""
+  path = sweep_file(command)
+  return getattr(sweep_lib.load_module(path), "PAPER_CELLS", None) if path else None
 
 
 def earlier_section(sweep_dir: str, page_path: str) -> str:
@@ -148,10 +205,14 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   plots_json = os.path.join(plots_dir, "plots.json") if plots_dir else None
   plots_info = (plots_lib.read_json(plots_json)
                 if plots_json and os.path.exists(plots_json) else None)
+  sweep_command = sweep_info.get("command", "")
+  comparisons = (paired_lib.compare(paired_lib.group_values(
+      paired_lib.load_runs(sweep_dir), 5), paired) if paired else [])
   text = render_page(sweep_info, rows, plots_info, sweep_dir=sweep_dir,
                      plots_dir=plots_dir or "", page_path=out, page_command=command,
-                     about=sweep_docstring(sweep_info.get("command", "")),
-                     paired=paired_section(sweep_dir, paired) if paired else "")
+                     about=sweep_docstring(sweep_command),
+                     paired=paired_section(sweep_dir, paired) if paired else "",
+                     answers=answer_lines(comparisons, rows, paper_cells(sweep_command)))
   for other in earlier:
     text += "\n" + earlier_section(other, out)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -296,11 +296,25 @@ def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | Non
   return later + max(own - elapsed, 0.0)
 
 
-def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run]
-               ) -> list[float | None]:
-  """Each later run's expected seconds: its cell's mean so far, or None."""
-  return [float(np.mean(durations[(r.algorithm, r.setting)]))
-          if durations.get((r.algorithm, r.setting)) else None for r in later]
+def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run],
+               flops: Mapping[tuple, float] | None = None) -> list[float | None]:
+  """Each later run's expected seconds: its cell's mean so far; else, where ``flops``
+  (``{(algorithm, setting): a run's FLOPs}``, ``costs.json``) knows its cell and some
+  finished cell, its FLOPs at the seconds per FLOP the finished runs took (a cell 5x
+  the FLOPs of those run so far counts 5x their time); else None."""
+  flops = flops or {}
+  done = [(d, flops[c]) for c, ds in durations.items() if c in flops for d in ds]
+  rate = sum(d for d, _ in done) / sum(f for _, f in done) if done else None
+  out = []
+  for r in later:
+    cell = (r.algorithm, r.setting)
+    if durations.get(cell):
+      out.append(float(np.mean(durations[cell])))
+    elif rate is not None and cell in flops:
+      out.append(rate * flops[cell])
+    else:
+      out.append(None)
+  return out
 
 
 def projected_duration(first: tuple[float, float], now: tuple[float, float]
@@ -667,6 +681,10 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   if estimate_first and jobs:
     print_plan(runs, jobs, sweep_dir, None if deadline is None else deadline - time.time(),
                log)
+  # each cell's FLOPs (costs.json, written by the estimate) weigh the ETA of cells
+  # that have not run yet
+  flops = {cell: cost["total_flops"]
+           for cell, cost in budget.saved_costs(runs, sweep_dir).items()}
   for j, positions in enumerate(jobs):
     if deadline is not None and time.time() >= deadline:
       log(f"sweep: the time budget is used up; {todo} runs left, rerun to continue")
@@ -679,8 +697,8 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     later = [runs[i] for b in jobs[j + 1:] for i in b]
     cell = (batch[0].algorithm, batch[0].setting)
     eta = lambda now, projected, later=later, first=batch[0]: sweep_eta(  # noqa: E731
-        durations(), cell_means(by_cell, later), now, projected,
-        cell_means(by_cell, [first])[0])
+        durations(), cell_means(by_cell, later, flops), now, projected,
+        cell_means(by_cell, [first], flops)[0])
     where = batch[0].workdir if len(batch) == 1 else os.path.join(
         os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
     log(f"{prefix} | start -> {where} | sweep ETA {format_duration(eta(0.0, None))}")
@@ -700,7 +718,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
         rows[i] = result_row(run, sweep_dir, out, "done")
         log(f"{run_prefix(i + 1, len(runs), run)} | done in {format_duration(took)}: final "
             f"mean test acc {100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
-            f"{format_duration(sweep_eta(durations(), cell_means(by_cell, later), None))}")
+            f"{format_duration(sweep_eta(durations(), cell_means(by_cell, later, flops), None))}")
     write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
   rows = [rows[i] for i in sorted(rows)]
   write_results(sweep_dir, rows, runs, sweep.seeds)
