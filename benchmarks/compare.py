@@ -636,17 +636,23 @@ def protocol_table(spec, *, rounds: int, repeats: int, torch_threads: list,
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--size", default="small", choices=sorted(SIZES))
-  p.add_argument("--algorithms", default="fedavg,fedmrl,fedmoe")
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--size", default="small", choices=sorted(SIZES),
+                 help="settings: paper = N=100/1000 clients of 500 examples (a GPU), small "
+                      "= N=10/20 of 100 (a 2-core CPU), tiny = tests")
+  p.add_argument("--algorithms", default="fedavg,fedmrl,fedmoe",
+                 help="comma-separated algorithms to time")
   p.add_argument("--impls", default=",".join(IMPLS),
                  help=f"comma-separated subset of {','.join(IMPLS)}")
-  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                 help="compute dtype (bfloat16: torch autocast for the torch rows)")
   p.add_argument("--rounds_per_dispatch", type=int, default=1,
                  help="rounds per run_rounds call (lax.scan) for the ours-* rows")
-  p.add_argument("--repeats", type=int, default=3)
-  p.add_argument("--skip_torch", action="store_true")
-  p.add_argument("--torch_device", default=None, help="cpu|cuda (default: cuda if any)")
+  p.add_argument("--repeats", type=int, default=3,
+                 help="timed rounds per row (the median is reported)")
+  p.add_argument("--skip_torch", action="store_true", help="leave the torch row out")
+  p.add_argument("--torch_device", default=None, help="cpu|cuda; unset: cuda if any")
   p.add_argument("--torch_threads", default="0",
                  help="torch CPU threads (0: torch's default); --protocol takes a "
                       "comma-separated list and times each, the other modes the first")

@@ -26,7 +26,8 @@ def parse_value(text: str):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   p.add_argument("--config", required=True, help="experiments/<algorithm>.py[:variant]")
   p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                  help="a dotted config override (repeatable)")

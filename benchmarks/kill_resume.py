@@ -188,13 +188,17 @@ def main(argv=None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   extra = argv[argv.index("--") + 1:] if "--" in argv else []
   argv = argv[:argv.index("--")] if "--" in argv else argv
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   parser.add_argument("--config", action="append", default=[],
                       help="config file[:variant]; repeatable")
   parser.add_argument("--all", action="store_true", help="every algorithm's :smoke config")
-  parser.add_argument("--kills", type=int, default=3)
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--workdir", default="/tmp/fedjax_het_kill_resume")
+  parser.add_argument("--kills", type=int, default=3,
+                      help="SIGKILLs per config (the first during a checkpoint write)")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="seed of the random kill moments")
+  parser.add_argument("--workdir", default="/tmp/fedjax_het_kill_resume",
+                      help="where the reference and killed runs write")
   args = parser.parse_args(argv)
   configs = args.config + (smoke_configs() if args.all else [])
   if not configs:

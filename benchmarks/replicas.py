@@ -43,12 +43,15 @@ def cell_configs(sweep_path: str, algorithm: str, setting: str | None, seeds, ro
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--sweep", required=True)
-  p.add_argument("--algorithm", default="fedmrl")
-  p.add_argument("--setting", default=None, help="default: the sweep's first")
-  p.add_argument("--seeds", default="0,1,2")
-  p.add_argument("--rounds", type=int, default=0)
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--sweep", required=True,
+                 help="a sweep file (experiments/sweeps/paper_cpu.py); required")
+  p.add_argument("--algorithm", default="fedmrl", help="the cell's row")
+  p.add_argument("--setting", default=None, help="the cell's column; unset: the sweep's first")
+  p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of the cell")
+  p.add_argument("--rounds", type=int, default=0,
+                 help="rounds of every run; 0: the sweep's")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:

@@ -105,19 +105,29 @@ def time_rounds(exp, *, repeats: int = 5, rounds_per_dispatch: int = 1):
 
 
 def main():
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--algorithm", default="fedavg", choices=sorted(SPECS))
-  p.add_argument("--models", default="cnn1")
-  p.add_argument("--clients", type=int, default=100)
-  p.add_argument("--examples", type=int, default=500)
-  p.add_argument("--test_examples", type=int, default=50)
-  p.add_argument("--batch", type=int, default=50)
-  p.add_argument("--epochs", type=int, default=1)
-  p.add_argument("--participation", type=float, default=1.0)
-  p.add_argument("--parallelism", default="auto", choices=["auto", "vmap", "sequential"])
-  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-  p.add_argument("--rounds_per_dispatch", type=int, default=1)
-  p.add_argument("--repeats", type=int, default=5)
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--algorithm", default="fedavg", choices=sorted(SPECS),
+                 help="the algorithm whose round is timed")
+  p.add_argument("--models", default="cnn1",
+                 help="config.models: one architecture, a comma list or 'heterogeneous'")
+  p.add_argument("--clients", type=int, default=100, help="clients N")
+  p.add_argument("--examples", type=int, default=500,
+                 help="training examples per client")
+  p.add_argument("--test_examples", type=int, default=50,
+                 help="test examples per client")
+  p.add_argument("--batch", type=int, default=50, help="batch size B")
+  p.add_argument("--epochs", type=int, default=1, help="local epochs E")
+  p.add_argument("--participation", type=float, default=1.0,
+                 help="fraction C of the clients sampled per round")
+  p.add_argument("--parallelism", default="auto", choices=["auto", "vmap", "sequential"],
+                 help="runtime.client_parallelism (auto: lax.map on CPU, vmap elsewhere)")
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                 help="runtime.compute_dtype")
+  p.add_argument("--rounds_per_dispatch", type=int, default=1,
+                 help="rounds per compiled call (lax.scan)")
+  p.add_argument("--repeats", type=int, default=5,
+                 help="timed calls (the median is reported)")
   args = p.parse_args()
   exp = build(algorithm=args.algorithm, models=args.models, clients=args.clients,
               examples=args.examples, test_examples=args.test_examples, batch=args.batch,

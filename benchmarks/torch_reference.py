@@ -506,17 +506,24 @@ def count_params(module: nn.Module) -> int:
 
 
 def main():
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--algorithm", default="fedmrl", choices=ALGORITHMS)
-  p.add_argument("--clients", type=int, default=100)
-  p.add_argument("--examples", type=int, default=500)
-  p.add_argument("--participation", type=float, default=1.0)
-  p.add_argument("--batch", type=int, default=50)
-  p.add_argument("--epochs", type=int, default=1)
-  p.add_argument("--device", default=default_device(), choices=["cpu", "cuda"])
-  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--algorithm", default="fedmrl", choices=ALGORITHMS,
+                 help="the algorithm whose round is timed")
+  p.add_argument("--clients", type=int, default=100, help="clients N")
+  p.add_argument("--examples", type=int, default=500,
+                 help="training examples per client")
+  p.add_argument("--participation", type=float, default=1.0,
+                 help="fraction C of the clients trained per round")
+  p.add_argument("--batch", type=int, default=50, help="batch size B")
+  p.add_argument("--epochs", type=int, default=1, help="local epochs E")
+  p.add_argument("--device", default=default_device(), choices=["cpu", "cuda"],
+                 help="torch device (the default: cuda when available)")
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                 help="bfloat16: torch autocast")
   p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
-  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--repeats", type=int, default=5,
+                 help="timed rounds (the median is reported)")
   args = p.parse_args()
   sec = time_round(args.algorithm, clients=args.clients, examples=args.examples,
                    participation=args.participation, batch=args.batch, epochs=args.epochs,

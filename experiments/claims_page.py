@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from fedjax_het import cli as cli_lib
 from fedjax_het.sweeps import claims, runner
@@ -41,4 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_lib.run(main, flag=None)

@@ -18,9 +18,10 @@ from ml_collections import config_flags
 from fedjax_het import cli, distributed
 from fedjax_het.training import compile_cache, loop
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (resumed if it exists).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file, path[:variant] (experiments/fedmrl.py:cpu)",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (a run in it resumes).")
 _FRESH = flags.DEFINE_bool("fresh_start", False,
                            "Discard the checkpoints and metrics already in --workdir.")
 _COORDINATOR = flags.DEFINE_string(

@@ -69,17 +69,126 @@ def rows(workdir):
     return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in f]
 
 
+GUIDE = os.path.join(ROOT, "docs", "extending.md")
+# What the test does with each listing's names once the listing ran (as copied, in a
+# fresh process, from an empty directory): small calls that a broken listing fails.
+EXERCISES = {
+    "examples/fedprox.py": """
+from fedjax_het.algorithms import Spec
+import ml_collections
+assert isinstance(SPEC, Spec) and SPEC.hparams == {"mu": 0.01, "aggregation": "weighted"}
+try:
+  check(ml_collections.ConfigDict({"algo": {"mu": -1.0}}))
+  raise AssertionError("check accepted mu=-1")
+except ValueError as err:
+  assert "must be a number >= 0" in str(err)
+# the listing's algorithm traced (shapes only) on a tiny synthetic federation
+import jax, numpy as np
+from fedjax_het import config as config_lib, register_algorithm
+from fedjax_het.data import make_synthetic
+from fedjax_het.training import loop
+raw = make_synthetic(64, 32, 4, seed=0)
+np.savez("d.npz", x_train=raw.x_train, y_train=raw.y_train, x_test=raw.x_test,
+         y_test=raw.y_test)
+register_algorithm("fedprox_listing", SPEC)
+c = config_lib.override(config_lib.base_config(), {
+    "algorithm": "fedprox_listing", "models": "tiny", "data.name": "d",
+    "data.path": "d.npz", "data.subsample": 0, "data.subsample_per_class": 0,
+    "num_clients": 2, "batch_size": 16, "partition.kind": "iid",
+    "runtime.num_devices": 1})
+c.algo.mu, c.algo.aggregation = 0.01, "uniform"
+exp = loop.prepare(c)
+state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+state, metrics = jax.eval_shape(exp.algorithm.round, state, exp.data)
+assert metrics["train_loss"].shape == ()
+""",
+    "examples/configs/fedprox.py": """
+c = get_config("smoke")
+assert c.algorithm == "examples.fedprox:SPEC" and c.algo.mu == 0.01 and c.num_rounds <= 5
+assert get_config().num_rounds > c.num_rounds
+""",
+    "examples/my_models.py": """
+import jax, jax.numpy as jnp
+x = jnp.zeros((2, 28, 28, 1))
+for factory in (mlp, wide_mlp, convnet):
+  (rep, feats), _ = jax.eval_shape(factory(rep_dim=8).init_with_output,
+                                   jax.random.PRNGKey(0), x)
+  assert rep.shape == (2, 8) and feats, factory
+assert assign(4) == "examples.my_models:mlp"
+""",
+    "examples/make_partition.py": """
+import numpy as np
+train, test = shards(np.repeat(np.arange(10), 20), 5, seed=1)
+everything = np.concatenate(train + test)
+assert len(train) == len(test) == 5 and len(everything) == len(set(everything)) == 200
+assert callable(write)
+""",
+    "examples/take_partition.py": """
+import numpy as np
+tables = {"train_0": np.array([0, 2]), "pool_split": np.array([0, 1, 1]),
+          "pool_row": np.array([5, 6, 7])}
+split, row = source_rows(tables, 0)
+assert split.tolist() == [0, 1] and row.tolist() == [5, 7]
+source = {"y_train": np.arange(10), "y_test": np.arange(10) + 100}
+assert client_labels(tables, source, 0).tolist() == [5, 107]
+""",
+}
+
+
+def guide_listings() -> list[tuple[str, str]]:
+  """(file named by the first line ``# examples/<file>``, code) of every ``python``
+  block of docs/extending.md."""
+  with open(GUIDE) as f:
+    blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+  listings = []
+  for code in blocks:
+    header = code.split("\n", 1)[0]
+    assert re.fullmatch(r"# examples/\S+\.py", header), (
+        f"a listing of docs/extending.md must start with '# examples/<file>': {header!r}")
+    listings.append((header[2:], code))
+  return listings
+
+
 def test_the_guides_listings_are_the_examples_code():
-  """Every ``python`` block of docs/extending.md that starts with ``# examples/<file>``
-  is a verbatim excerpt of that file, so the guide cannot drift from the code."""
-  with open(os.path.join(ROOT, "docs", "extending.md")) as f:
-    blocks = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", f.read(), re.S)
-  assert {name for name, _ in blocks} == {"examples/fedprox.py", "examples/my_models.py",
-                                          "examples/make_partition.py",
-                                          "examples/take_partition.py"}
-  for name, code in blocks:
+  """Every ``python`` block of docs/extending.md is its file, or the file's lines in
+  order with some left out (a docstring, a command line), so it cannot drift."""
+  listings = guide_listings()
+  assert sorted(name for name, _ in listings) == sorted(EXERCISES)
+  for name, code in listings:
     with open(os.path.join(ROOT, name)) as f:
-      assert code in f.read(), f"docs/extending.md quotes {name} as it no longer is"
+      lines = iter(f.read().splitlines())
+    missing = [line for line in code.splitlines()[1:] if line not in lines]
+    assert not missing, f"docs/extending.md quotes {name} as it no longer is: {missing[:3]}"
+
+
+DRIVER = """
+import runpy, sys, traceback
+for path, name in zip(sys.argv[1::2], sys.argv[2::2]):
+  try:
+    namespace = runpy.run_path(path, run_name="listing")
+    exec(open(path + ".exercise").read(), namespace)
+  except Exception:
+    print(f"FAILED {name}: {traceback.format_exc()}", flush=True)
+    sys.exit(1)
+  print(f"ok {name}", flush=True)
+"""
+
+
+def test_every_listing_of_the_guide_runs_as_copied(tmp_path):
+  """Each listing alone in a file of an empty directory, run in a fresh process without
+  the repository on the path, then exercised (``EXERCISES``): seconds, nothing trains."""
+  args = []
+  for i, (name, code) in enumerate(guide_listings()):
+    path = tmp_path / f"listing_{i}.py"
+    path.write_text(code)
+    (tmp_path / f"listing_{i}.py.exercise").write_text(EXERCISES[name])
+    args += [str(path), name]
+  (tmp_path / "driver.py").write_text(DRIVER)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  out = subprocess.run([sys.executable, str(tmp_path / "driver.py"), *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=env)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert out.stdout.splitlines() == [f"ok {name}" for name in args[1::2]]
 
 
 # ------------------------------------------------------------------ 1. an algorithm

@@ -1,12 +1,8 @@
 r"""FedMRL's bf16 check on CPU with enough seeds to resolve one point.
 
-``bf16_cpu.py`` (3 seeds, evaluation every 5 rounds) left FedMRL's final-round gap
-between bf16 and float32 unresolved: per-seed differences from -3.8 to +0.9 points.
-This sweep runs the same ``:cpu`` FedMRL cell (N=10, C=100 %, the first 6000 pooled
-CIFAR-10 examples, 20 rounds of one epoch, SGD momentum 0.9) both ways over ten seeds
-and evaluates both protocols every round, so that a run's accuracy can also be read as
-the mean of its last rounds rather than one noisy evaluation. Evaluation only reads the
-state: a run's training is the same at every ``eval_every``.
+Cut: ``bf16_cpu.py``'s ``:cpu`` FedMRL cell (N=10, C=100 %, 6000 pooled CIFAR-10
+examples, 20 rounds of one epoch), both ways over ten seeds, both protocols evaluated
+every round, so a run also reads as the mean of its last rounds (docs/results_howto.md).
 
   python experiments/sweep.py --sweep=experiments/sweeps/bf16_fedmrl_cpu.py \
       --sweep_dir=results/bf16_fedmrl_cpu --seed_batch=2

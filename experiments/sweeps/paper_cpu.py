@@ -1,42 +1,13 @@
-r"""The CPU-sized sibling of ``paper_table.py``: the papers' protocol, sizes cut for 2 cores.
+r"""The papers' protocol (``paper_table.py``) cut to 2 CPU cores: CIFAR-10, N=10, C=100%.
 
-Same protocol pieces as the paper sweep (SGD with momentum 0.9, weight decay 1e-3 and
-clipping at 50; flip + crop + erasing; pFedHN's U(0.4, 0.6) shares; CIFAR's own
-train/test splits with each client tested on its training class proportions; K =
-round(C * N); both evaluation protocols every round, best and final reported), on the
-CIFAR-10 column's first setting (N=10, C=100%, 2 of 10 classes per client, CNN-1..5),
-with what a CPU cannot afford cut:
-
-- data: the first 5,000 training and 1,000 test examples of CIFAR-10 (``data.subsample``
-  6000 of the official pool, in proportion), no validation hold-out: 500 training and
-  about 100 test examples per client (the papers' N=100 clients have 400-480);
-- budget: T = 20 rounds of E = 5 epochs with B = 64 (the lowest of the papers' grid;
-  with B = 512 a 500-example client would take one step per epoch), against the papers'
-  500 x 10.
-
-It is not a reproduction of a paper cell (the papers train each client on about 10x the
-data for 50x the epochs); it shows how the methods order under the papers' protocol at
-a size a laptop runs. The nearest cells, pFedMoE Table 3 (CIFAR-10, N=10): Standalone
-96.53, LG-FedAvg 96.30, FedProto 96.51, FedKD 80.20, FedMoE 96.58 (best round); FedMRL
-Table 1 reports FedMRL above the best baseline in every cell. With 50x fewer epochs on
-a tenth of the data our accuracies are 5-6 points lower throughout; the papers' own
-budget is ``paper_table.py`` (a GPU's work: docs/performance.md). Seed 0 of every method runs first (Standalone, FedMRL and FedMoE
-about 2-4 minutes each on 2 CPU cores, all ten about 35 minutes), then seeds 1 and 2
-method by method; ``--seed_batch=2`` runs a cell's two together (one program: the data is
-read and the program loaded once, about 30 s less per extra seed on CPU, while the
-rounds take as long as one after the other: docs/performance.md) and
-``--budget_min`` stops in time (a rerun continues). While only some methods have all
-three seeds, a row marked ``(n=1)`` is seed 0 alone, and seed 0's partition was the
-easiest of the three for every method that has all three: compare such rows with the
-seed-0 rows of results.csv, not with the 3-seed means (nor trust the bold). The
-seed-to-seed spread (several points, mostly the partition's) is far larger than the gaps
-between methods; the page's paired section (``--paired=standalone``) gives each method's
-difference from Standalone seed by seed, on the same partitions.
+Cut: the first 5,000 training and 1,000 test examples (500 training examples a client)
+and T = 20 rounds of E = 5 epochs with B = 64, against the papers' 500 x 10; every other
+piece of the protocol is the paper sweep's. Not a reproduction of a paper cell: how the
+methods order under the papers' protocol at a size a laptop runs (seed 0 of all ten
+methods in about 35 minutes). docs/results_howto.md says what is cut and how to read it.
 
   python experiments/sweep.py --sweep=experiments/sweeps/paper_cpu.py \
       --sweep_dir=results/paper_cpu --seed_batch=2 --budget_min=60
-  python experiments/results_page.py --sweep_dir=results/paper_cpu --out=docs/results.md \
-      --earlier=results/cpu_table --paired=standalone
 """
 import os
 

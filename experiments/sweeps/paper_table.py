@@ -1,33 +1,13 @@
-r"""The FedMRL / pFedMoE papers' main table under the papers' training protocol.
+r"""The FedMRL / pFedMoE papers' main table under the papers' training protocol (a GPU job).
 
-Rows: Standalone and the model-heterogeneous methods of this library. Columns: CIFAR-10
-(pathological, 2 of 10 classes per client) and CIFAR-100 (10 of 100 classes per client)
-with (N=10, C=100%), (N=50, C=20%), (N=100, C=10%); every client k runs
-CNN-((k mod 5)+1). 10 methods x 6 settings x 3 seeds = 180 runs.
-
-The protocol (docs/fidelity.md says where each choice comes from):
-
-- budget: T = 500 rounds of E = 10 local epochs, batch B = 512 (the FedMRL authors'
-  ``FedMRL_hetero.py`` defaults; the papers' grid is B in {64, 128, 256, 512});
-- optimizer: SGD lr 0.01, momentum 0.9, coupled weight decay 1e-3, gradient norm clipped
-  at 50 (the authors' code); a downloaded block's momentum is reset;
-- data: CIFAR's train split (minus 10,000 validation examples, as the authors' code)
-  partitioned by pFedHN's rule (U(0.4, 0.6) shares), each client tested on CIFAR's test
-  split with its training class proportions (``data.pool='official'``); flip + 4-pixel
-  crop + random erasing on training batches; the partial last batch kept (the authors'
-  ``DataLoader``);
-- sampling: K = round(C * N) clients per round;
-- evaluation: every round, both protocols (all clients with the server's parameters,
-  and the sampled clients right after training); the papers report the best round;
-- per method: FedMRL d1 = 500 (the authors' heterogeneous script), FedKD's SVD energy
-  annealed 0.95 -> 0.98, Moss's public set of 500 held out for every method of a cell.
+Rows: Standalone and the model-heterogeneous methods. Columns: CIFAR-10 (2 of 10
+classes per client) and CIFAR-100 (10 of 100) at (N=10, C=100%), (N=50, C=20%) and
+(N=100, C=10%); client k runs CNN-((k mod 5)+1). Uncut: T = 500 rounds of E = 10 epochs,
+B = 512, 3 seeds, both evaluation protocols every round (180 runs; the protocol's
+pieces: docs/results_howto.md, where each comes from: docs/fidelity.md).
 
   python experiments/sweep.py --sweep=experiments/sweeps/paper_table.py \
       --sweep_dir=runs/paper_table
-  python experiments/results_page.py --sweep_dir=runs/paper_table --out=docs/results.md
-
-A GPU job: 180 runs x 500 rounds x 10 epochs. ``paper_cpu.py`` is its CPU-sized sibling
-and ``short_table.py`` the earlier short protocol.
 """
 import ml_collections
 

@@ -1,15 +1,12 @@
 r"""A sweep of a few seconds per run: 3 methods x 2 settings x 2 seeds on the :smoke configs.
 
-Needs CIFAR-10 (``FEDJAX_HET_DATA`` or ``--sweep.base_overrides.data.path``; see
-``fedjax_het/data/sources.py``). 12 runs of 3 rounds each on 1000 pooled examples.
+Cut: 12 runs of 3 rounds each on 1000 pooled CIFAR-10 examples (``FEDJAX_HET_DATA`` or
+``--sweep.base_overrides.data.path``). Every run should finish with finite losses; the
+accuracies mean little.
 
   python experiments/sweep.py --sweep=experiments/sweeps/smoke.py --sweep_dir=/tmp/sweep
   python experiments/plots.py --runs=/tmp/sweep --out=/tmp/sweep/plots \
       --compare=fedmrl,standalone
-  python experiments/results_page.py --sweep_dir=/tmp/sweep --plots_dir=/tmp/sweep/plots \
-      --out=/tmp/sweep/results_page.md
-
-Expected: every run finishes 3 rounds with finite losses; the accuracies mean little.
 """
 import ml_collections
 

@@ -1,11 +1,9 @@
 r"""The papers' protocol at a size CI runs in a minute (``benchmarks/campaign.py --size=tiny``).
 
-Every piece of ``paper_table.py``'s protocol (SGD momentum, weight decay and clipping,
-flip + crop + erasing, pFedHN's shares, the official pool, K = round(C * N), both
-evaluations every round), on the first 400 examples of CIFAR-10's splits, 4 clients of
-the test-only ``tiny`` CNN and CNN-5, 2 rounds of one epoch, two seeds: it checks the
-campaign's path (estimate, budget, seeds on a replica axis, results files), not
-accuracy.
+Cut: every piece of ``paper_table.py``'s protocol on the first 400 examples of
+CIFAR-10's splits, 4 clients of the test-only ``tiny`` CNN and CNN-5, 2 rounds of one
+epoch, two seeds: it checks the campaign's path (estimate, budget, seeds on a replica
+axis, results files), not accuracy.
 
   python experiments/sweep.py --sweep=experiments/sweeps/tiny.py --sweep_dir=/tmp/tiny \
       --seed_batch=2

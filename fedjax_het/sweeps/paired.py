@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from typing import Sequence
 
 import numpy as np
@@ -399,7 +398,9 @@ def paired_report(sweep_dir: str, baseline: str, *, last_k: int = 5,
 def cli() -> None:
   """The command line: ``--sweep_dir``, ``--baseline``, ``--last_k``, ``--per_seed``,
   ``--per_round``."""
-  from absl import app, flags  # noqa: PLC0415
+  from absl import flags  # noqa: PLC0415
+
+  from fedjax_het import cli as cli_lib  # noqa: PLC0415
 
   sweep_dir = flags.DEFINE_string("sweep_dir", None, "A sweep directory (or of runs).")
   baseline = flags.DEFINE_string("baseline", None, "A setting or a method to subtract.")
@@ -416,10 +417,9 @@ def cli() -> None:
                           per_seed=per_seed.value, per_round=per_round.value),
             end="", flush=True)
     except (ValueError, FileNotFoundError) as err:
-      print(f"error: {err}", file=sys.stderr, flush=True)
-      sys.exit(2)
+      cli_lib.fail(err)
 
-  app.run(main)
+  cli_lib.run(main, flag=None)
 
 
 if __name__ == "__main__":

@@ -498,7 +498,9 @@ def make_plots(root: str, out: str, *, compare: Sequence[str] | None = None,
 
 def cli() -> None:
   """The command line: ``--runs``, ``--out``, ``--compare``, ``--target``, ``--gates``."""
-  from absl import app, flags  # noqa: PLC0415
+  from absl import flags  # noqa: PLC0415
+
+  from fedjax_het import cli as cli_lib  # noqa: PLC0415
 
   runs_flag = flags.DEFINE_string("runs", None, "A sweep directory or a directory of runs.")
   out_flag = flags.DEFINE_string("out", None, "Output directory for PNGs, tb/, plots.json.")
@@ -512,19 +514,18 @@ def cli() -> None:
   def main(argv):
     del argv
     if compare_flag.value and len(compare_flag.value) != 2:
-      sys.exit(f"error: --compare takes two methods A,B; got {compare_flag.value}")
+      cli_lib.fail(f"--compare takes two methods A,B; got {compare_flag.value}")
     try:
       manifest = make_plots(runs_flag.value, out_flag.value, compare=compare_flag.value,
                             target=target_flag.value, gates=gates_flag.value,
                             paired=paired_flag.value,
                             command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
     except (ValueError, FileNotFoundError) as err:
-      print(f"error: {err}", file=sys.stderr, flush=True)
-      sys.exit(2)
+      cli_lib.fail(err)
     print(f"{len(manifest['figures'])} figures and {len(manifest['tensorboard'])} "
           f"TensorBoard logs in {out_flag.value}", flush=True)
 
-  app.run(main)
+  cli_lib.run(main, flag=None)
 
 
 if __name__ == "__main__":

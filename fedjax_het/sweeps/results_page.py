@@ -223,7 +223,9 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
 def cli() -> None:
   """The command line: ``--sweep_dir``, ``--plots_dir``, ``--out``, ``--earlier``,
   ``--paired``."""
-  from absl import app, flags  # noqa: PLC0415
+  from absl import flags  # noqa: PLC0415
+
+  from fedjax_het import cli as cli_lib  # noqa: PLC0415
 
   sweep_flag = flags.DEFINE_string("sweep_dir", None, "The sweep directory.")
   plots_flag = flags.DEFINE_string("plots_dir", None,
@@ -242,10 +244,10 @@ def cli() -> None:
                  command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
                  earlier=tuple(earlier_flag.value), paired=paired_flag.value)
     except (FileNotFoundError, ValueError) as err:
-      sys.exit(f"error: {err}")
+      cli_lib.fail(err)
     print(f"wrote {out_flag.value}", flush=True)
 
-  app.run(main)
+  cli_lib.run(main, flag=None)
 
 
 if __name__ == "__main__":

@@ -733,10 +733,13 @@ def cli() -> None:
   from fedjax_het import cli as cli_lib  # noqa: PLC0415
   from fedjax_het.training import compile_cache  # noqa: PLC0415
 
-  sweep_flag = config_flags.DEFINE_config_file("sweep", None, "Sweep config file.",
-                                               lock_config=True)
-  dir_flag = flags.DEFINE_string("sweep_dir", None, "Output directory (resumed).")
-  dry_flag = flags.DEFINE_bool("dry_run", False, "List the runs and exit.")
+  sweep_flag = config_flags.DEFINE_config_file(
+      "sweep", None, "Sweep config file (experiments/sweeps/smoke.py)", lock_config=True)
+  dir_flag = flags.DEFINE_string("sweep_dir", None, "Output directory: a run per "
+                                 "algorithm, setting and seed, and the tables (a rerun "
+                                 "continues it)")
+  dry_flag = flags.DEFINE_bool("dry_run", False, "List the runs and whether each has "
+                               "finished, run nothing, and exit")
   batch_flag = flags.DEFINE_integer(
       "seed_batch", 1, "Seeds of a cell run together as one program on a replica axis "
       "(loop.run_seeds); 1: one run at a time.")

@@ -700,7 +700,8 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
                wall, took)
     r += n
     progress.update(r, [f.mean_acc for f in runs], [f.loss for f in runs],
-                    [f.sampled for f in runs])
+                    [f.sampled for f in runs],  # the accuracy's round: the last row's
+                    acc_round=(runs[0].log_rows.rows or [{}])[-1].get("round"))
     late = deadline is not None and time.time() >= deadline and r < config.num_rounds
     if ((config.checkpoint_every and r % config.checkpoint_every == 0)
         or r == config.num_rounds or late):

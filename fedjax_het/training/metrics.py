@@ -64,6 +64,12 @@ class MetricsLog:
 class Progress:
   """Prints a ``round r/R | ... | rounds/s | eta`` line after every dispatch of rounds.
 
+  The first dispatch compiles, so its line gives its time and no ETA (extrapolating
+  the compilation over the run would overstate it many times); the rate and the ETA of
+  the later lines count only the rounds after it. An accuracy carried over from an
+  earlier evaluation (``eval_every`` > 1) names its round: ``mean test acc 0.8123
+  (round 10)``.
+
   Args:
     total_rounds: R.
     start_round: rounds completed before this process started (a resumed run).
@@ -75,27 +81,44 @@ class Progress:
                clock: Callable[[], float] = time.perf_counter):
     self.total, self.start, self.log, self.clock = total_rounds, start_round, log, clock
     self.t0 = clock()
-    self.acc = None
+    self.timed_from = None  # (round, clock) at the end of the first dispatch
+    self.acc, self.acc_round = None, None
 
-  def update(self, round_: int, acc, loss, sampled_acc=None) -> None:
-    """One line after a dispatch.
+  def update(self, round_: int, acc, loss, sampled_acc=None, *,
+             acc_round: int | None = None) -> None:
+    """One line after a dispatch that ended at ``round_``.
 
     ``acc``, ``loss`` and ``sampled_acc`` are floats, or one per seed for seeds run on a
     replica axis (shown ``a/b/c``); ``acc`` None when no round was evaluated yet (the
-    latest is shown).
+    latest is shown). ``acc_round``: the round ``acc`` was evaluated at (default
+    ``round_``); shown when it is an earlier one.
     """
+    now = self.clock()
     if acc is not None and not _all_none(acc):
-      self.acc = acc
-    elapsed = self.clock() - self.t0
-    rate = (round_ - self.start) / elapsed if elapsed > 0 else math.inf
-    eta = (self.total - round_) / rate if rate > 0 else math.inf
+      self.acc, self.acc_round = acc, round_ if acc_round is None else acc_round
     parts = [f"round {round_}/{self.total}"]
     if self.acc is not None:
-      parts.append(f"mean test acc {_values(self.acc)}")
+      carried = f" (round {self.acc_round})" if self.acc_round != round_ else ""
+      parts.append(f"mean test acc {_values(self.acc)}{carried}")
     if sampled_acc is not None and not _all_none(sampled_acc):
       parts.append(f"sampled clients acc {_values(sampled_acc)}")
-    parts += [f"train loss {_values(loss)}", f"{rate:.2f} rounds/s", f"eta {format_s(eta)}"]
+    parts.append(f"train loss {_values(loss)}")
+    parts += self.speed(round_, now)
     self.log(" | ".join(parts))
+
+  def speed(self, round_: int, now: float) -> list[str]:
+    """The line's speed and ETA: the first dispatch's time, then the timed rate."""
+    if self.timed_from is None:
+      self.timed_from = (round_, now)
+      n = round_ - self.start
+      took = (f"{n} round{'s' if n != 1 else ''} in {format_s(now - self.t0)} with "
+              "compilation")
+      return [took, "eta 0s" if round_ >= self.total else "eta after the next round"]
+    first_round, first_t = self.timed_from
+    elapsed = now - first_t
+    rate = (round_ - first_round) / elapsed if elapsed > 0 else math.inf
+    eta = (self.total - round_) / rate if rate > 0 else math.inf
+    return [f"{rate:.2f} rounds/s", f"eta {format_s(eta)}"]
 
   def estimate(self, first_s: float, round_s: float, backend: str) -> str:
     """The line after the second dispatch: compile time and the run's estimated time."""
