@@ -1,22 +1,14 @@
-"""Deployment pieces in one process: wire format, client rollback, the Flower strategy.
+"""Deployment pieces in one process: wire format, client data, client rollback.
 
-The multi-process runs over Flower are in test_deploy_flower.py.
+The Flower App is tested in test_flower_app.py (one process) and test_deploy_flower.py
+(real Flower processes).
 """
-import os
-import subprocess
-import sys
-
 import jax
 import numpy as np
 import pytest
 
 from fedjax_het.deploy import federation as fed_lib
 
-flower = pytest.importorskip("fedjax_het.deploy.flower")
-from flwr.common import (Code, FitRes, GetPropertiesRes, Status,  # noqa: E402
-                         EvaluateRes, ndarrays_to_parameters, parameters_to_ndarrays)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -149,125 +141,32 @@ def test_a_client_state_of_one_array_checkpoints(small_fed, tmp_path):
   restarted.close()
 
 
-class FakeProxy:
-  """A connection to an in-process ClientNode, as Flower's ClientProxy is used."""
-
-  def __init__(self, cid, node):
-    self.cid, self.node = cid, node
-
-  def get_properties(self, ins, timeout, group_id):
-    return GetPropertiesRes(Status(Code.OK, ""), {"client_id": self.node.client_id})
-
-
-class FakeManager:
-  def __init__(self, proxies):
-    self.proxies = {p.cid: p for p in proxies}
-
-  def wait_for(self, num_clients, timeout):
-    return len(self.proxies) >= num_clients
-
-  def all(self):
-    return dict(self.proxies)
-
-
-def fit_all(strategy, instructions):
-  out = []
-  for proxy, ins in instructions:
-    client = flower.FlowerClient(proxy.node, log=lambda s: None)
-    arrays, n, metrics = client.fit(parameters_to_ndarrays(ins.parameters), ins.config)
-    out.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), n,
-                              metrics)))
-  return out
-
-
-def test_strategy_aggregates_with_min_fit_clients_and_checkpoints(small_fed, tmp_path):
-  fed = small_fed()
-  nodes = [fed_lib.ClientNode(fed, k, fed.client_data(k)) for k in range(4)]
-  proxies = [FakeProxy(f"conn{k}", n) for k, n in enumerate(nodes)]
-  manager = FakeManager(proxies)
-  logs = []
-  server = fed_lib.ServerNode(fed, str(tmp_path / "server"))
-  strategy = flower.HetStrategy(server, min_fit_clients=4, log=logs.append)
-  instructions = strategy.configure_fit(1, None, manager)
-  assert sorted(p.node.client_id for p, _ in instructions) == [0, 1, 2, 3]
-  results = fit_all(strategy, instructions)
-  # one client lost: 3 < min_fit_clients=4, the round is not aggregated
-  strategy.aggregate_fit(1, results[:3], [RuntimeError("client gone")])
-  assert server.round == 0 and "fewer than min_fit_clients=4" in logs[-1]
-  strategy.min_fit = 3
-  strategy.aggregate_fit(1, results[:3], [RuntimeError("client gone")])
-  assert server.round == 1
-  # theta is the example-weighted mean of the 3 uploads (Eq. 4)
-  ups = [parameters_to_ndarrays(r.parameters) for _, r in results[:3]]
-  w = np.array([r.num_examples for _, r in results[:3]], np.float64)
-  got = fed_lib.encode(server.state.server)
-  for leaf, rows in zip(got, zip(*ups)):
-    want = np.tensordot(w / w.sum(), np.stack(rows).astype(np.float64), axes=1)
-    np.testing.assert_allclose(leaf, want, rtol=1e-5, atol=1e-6)
-  evals = strategy.configure_evaluate(1, None, manager)
-  assert len(evals) == 4
-  replies = []
-  for proxy, ins in evals:
-    loss, n, m = flower.FlowerClient(proxy.node).evaluate(
-        parameters_to_ndarrays(ins.parameters), ins.config)
-    replies.append((proxy, EvaluateRes(Status(Code.OK, ""), loss, n, m)))
-  strategy.aggregate_evaluate(1, replies, [])
-  row = strategy.rows.rows[-1]
-  assert (row["round"], row["clients_trained"], row["clients_failed"],
-          row["clients_evaluated"]) == (1, 3, 1, 4)
-  assert row["uplink_params"] == fed_lib.num_scalars(ups[0])
-  np.testing.assert_allclose(row["mean_test_acc"],
-                             np.mean(list(strategy.last_accuracy.values())))
-  assert server.ckpt.steps() == [1]  # checkpointed after the evaluation row
-  server.close()
-  resumed = fed_lib.ServerNode(fed, str(tmp_path / "server"))
-  assert resumed.round == 1
-  for a, b in zip(fed_lib.encode(resumed.state.server), got):
+def test_prepare_client_reads_the_pool_once(tiny_config, tmp_path, monkeypatch):
+  c = tiny_config("fedmrl", "tiny,cnn5", {"num_clients": 4, "num_rounds": 2})
+  fed, data = fed_lib.prepare_client(c, 1, str(tmp_path))
+  assert fed.data is not None
+  calls = []
+  monkeypatch.setattr(fed_lib, "prepare_federation", lambda *a, **k: calls.append(1))
+  cached, again = fed_lib.prepare_client(c, 1, str(tmp_path))
+  assert not calls and cached.data is None
+  assert cached.runtime == fed.runtime and cached.client_archs == fed.client_archs
+  for a, b in zip(fed_lib.encode(data), fed_lib.encode(again)):
     np.testing.assert_array_equal(a, b)
-  resumed.close()
+  monkeypatch.undo()
+  c.learning_rate = 0.5  # another config: read again
+  other, _ = fed_lib.prepare_client(c, 1, str(tmp_path))
+  assert other.data is not None
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--client_id=7"], "client_id=7 must be in [0, config.num_clients=3)"),
-    (["--client_id=0", "--config.data.path={tmp}/missing.npz"], "missing.npz"),
-])
-def test_client_cli_rejects_bad_input_before_compute(tmp_path, flags, message):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-      [sys.executable, f"{ROOT}/experiments/flower_client.py",
-       f"--config={ROOT}/experiments/fedmrl.py:smoke", "--config.num_clients=3",
-       f"--config.data.path={tmp_path}/missing.npz",
-       *[f.format(tmp=tmp_path) for f in flags]],
-      capture_output=True, text=True, env=env, timeout=120)
-  assert out.returncode == 2
-  assert message in out.stderr
-
-
-def test_server_cli_rejects_negative_minimum(tmp_path):
-  out = subprocess.run(
-      [sys.executable, f"{ROOT}/experiments/flower_server.py",
-       f"--config={ROOT}/experiments/fedmrl.py:smoke", f"--workdir={tmp_path}",
-       "--min_fit_clients=-1"], capture_output=True, text=True, timeout=120,
-      env=dict(os.environ, JAX_PLATFORMS="cpu"))
-  assert out.returncode != 0 and "--min_fit_clients=-1 must be >= 0" in out.stderr
-
-
-def test_an_upload_that_does_not_decode_is_that_clients_failure(small_fed, tmp_path):
+def test_initial_and_restored_client_states_are_placed_alike(small_fed, tmp_path):
+  """So a client's round compiles to one program whether its state is fresh or restored
+  (one entry in the persistent compilation cache of a process per message)."""
   fed = small_fed()
-  nodes = [fed_lib.ClientNode(fed, k, fed.client_data(k)) for k in range(4)]
-  proxies = [FakeProxy(f"conn{k}", n) for k, n in enumerate(nodes)]
-  logs = []
-  server = fed_lib.ServerNode(fed, str(tmp_path / "server"))
-  strategy = flower.HetStrategy(server, min_fit_clients=3, log=logs.append)
-  results = fit_all(strategy, strategy.configure_fit(1, None, FakeManager(proxies)))
-  proxy, res = results[0]
-  arrays = parameters_to_ndarrays(res.parameters)
-  bad = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays[:-1]), res.num_examples,
-               res.metrics)  # one array missing
-  strategy.aggregate_fit(1, [(proxy, bad)] + results[1:], [])
-  assert server.round == 1  # the other three were aggregated; the server goes on
-  assert any("upload does not decode" in line and "counted as its failure" in line
-             for line in logs)
-  assert strategy.pending_row["clients_trained"] == 3
-  assert strategy.pending_row["clients_failed"] == 1
-  server.close()
+  node = fed_lib.ClientNode(fed, 1, fed.client_data(1), str(tmp_path))
+  fresh = [(a.sharding, a.committed) for a in jax.tree.leaves(node.state)]
+  node.fit(1, fed_lib.encode(jax.jit(fed.protocol.init_server)(jax.random.PRNGKey(0))),
+           jax.random.PRNGKey(5))
+  node.close()
+  restored = fed_lib.ClientNode(fed, 1, fed.client_data(1), str(tmp_path))
+  assert [(a.sharding, a.committed) for a in jax.tree.leaves(restored.state)] == fresh
+  restored.close()

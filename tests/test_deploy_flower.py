@@ -1,21 +1,30 @@
-"""FedMRL over Flower on loopback: one server and 3 client processes on real CIFAR-10.
+"""Real Flower processes on 127.0.0.1 (TLS, authenticated SuperNodes), real CIFAR-10.
 
-- The deployment reproduces the simulator (same config, seed and partition, one device):
-  per-client test accuracies equal to 1e-6 (the simulator averages them in float32, the
-  server in float64) and train losses to rtol 1e-5; measured: equal to the printed digits.
-- A client SIGKILLed while asked to train round 2 does not stop the round: with
-  ``--min_fit_clients=2`` the server aggregates the other two and finishes the run.
-- The whole federation (server and clients) SIGKILLed after the server checkpointed
-  round 2 and started again with the same commands finishes round 3 exactly as the
-  uninterrupted run did.
+One SuperLink and its SuperNodes (``fedjax_het.deploy.loopback``) serve every run of
+this module, submitted with ``flwr run`` (the ``runs`` fixture says in which order):
 
-Every process is killed at teardown; each federation is bounded by ``TIMEOUT`` seconds.
+- SuperNodes of clients 0 and 1, a SuperNode of client 2 with fault drills (a NaN
+  upload in round 2, killed when asked to train round 3) and an intruder whose key was
+  never registered: the SuperLink refuses it and every run goes on with the others.
+- FedMRL (2 clients, 2 rounds), FedMoE (2 clients) and FedAvg (3 clients), 1 round
+  each, side by side: the SuperLink is SIGKILLed after FedMRL's round-1 checkpoint and
+  restarted; the resubmitted runs resume from their checkpoints and their metrics equal
+  the simulator's (same config, seed and partition, one device): accuracies to 1e-6
+  (the simulator averages in float32, the server in float64), losses to rtol 1e-5;
+  measured: equal to the printed digits. The 2-client runs refuse client 2's SuperNode
+  by its registered name.
+- The FedAvg run continued to 3 rounds with ``min-fit-clients=2``: client 2's NaN upload
+  is its failure in round 2, its SuperNode dies in round 3 (the round waits 5 s for it
+  once the other two uploads are in); both rounds aggregate the other two.
+
+``Federation`` runs the command line (experiments/flower_federation.py), as
+tests/test_extending.py uses it. Every process is stopped at teardown.
 """
 import importlib.util
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,9 +33,10 @@ import jax
 import numpy as np
 import pytest
 
-from fedjax_het.training import loop
-
 pytest.importorskip("flwr")
+from fedjax_het.deploy import certs, flower, loopback  # noqa: E402
+from fedjax_het.training import loop  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("FEDJAX_HET_DATA", "")
 pytestmark = [
@@ -35,64 +45,60 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "cifar10.npz")),
                        reason="needs FEDJAX_HET_DATA with cifar10.npz"),
 ]
-TIMEOUT = 420
-NUM_CLIENTS = 3
+TIMEOUT = 600
+NUM_CLIENTS = 2
 CONFIG = [f"--config={ROOT}/experiments/fedmrl.py:smoke",
           f"--config.num_clients={NUM_CLIENTS}"]
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+free_port = loopback.free_port
 
 
 class Federation:
-  """A server and its client processes; ``kill()`` ends every one of them.
+  """experiments/flower_federation.py as a process (``procs[0]``, named 'server').
 
-  ``config``: the ``--config`` flags of every process; ``env``: extra environment.
+  Args:
+    root: its --workdir (the server's outputs land in ``root/server``).
+    port: the SuperLink's port.
+    config: the --config flags.
+    num_clients: unused (the launcher starts config.num_clients SuperNodes).
+    env: extra environment.
+    flags: further launcher flags.
+    cwd: the launcher's working directory (default ``root``).
   """
 
-  def __init__(self, root, *, port, server_flags=(), client_flags=None, config=CONFIG,
-               num_clients=NUM_CLIENTS, env=None):
-    self.root, self.procs = str(root), []
+  def __init__(self, root, *, port, config=CONFIG, num_clients=NUM_CLIENTS, env=None,
+               flags=(), cwd=None):
+    del num_clients
+    self.root = str(root)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
                FEDJAX_HET_DATA=os.path.abspath(DATA), **(env or {}))
     env.pop("JAX_DEFAULT_PRNG_IMPL", None)  # JAX's default keys, as users run
-    address = f"--address=127.0.0.1:{port}"
-    self._start("server", [f"{ROOT}/experiments/flower_server.py", *config, address,
-                           f"--workdir={self.root}/server", *server_flags], env)
-    for k in range(num_clients):
-      extra = (client_flags or {}).get(k, [])
-      self._start(f"client{k}", [f"{ROOT}/experiments/flower_client.py", *config, address,
-                                 f"--client_id={k}", f"--workdir={self.root}/client{k}",
-                                 *extra], env)
-
-  def _start(self, name, args, env):
-    log = open(os.path.join(self.root, f"{name}.log"), "a")
-    self.procs.append((name, subprocess.Popen([sys.executable, *args], stdout=log,
-                                              stderr=subprocess.STDOUT, env=env,
-                                              cwd=self.root, start_new_session=True)))
+    log = open(os.path.join(self.root, "server.log"), "a")
+    self.procs = [("server", subprocess.Popen(
+        [sys.executable, f"{ROOT}/experiments/flower_federation.py", *config,
+         f"--workdir={self.root}", f"--port={port}", *flags],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd or self.root))]
 
   def log(self, name) -> str:
     with open(os.path.join(self.root, f"{name}.log")) as f:
       return f.read()
 
   def wait(self, timeout=TIMEOUT) -> None:
-    """Waits for every process; fails with the server's log tail if one is late."""
-    deadline = time.time() + timeout
-    for name, p in self.procs:
-      try:
-        p.wait(timeout=max(1.0, deadline - time.time()))
-      except subprocess.TimeoutExpired:
-        self.kill()
-        pytest.fail(f"{name} still running after {timeout}s; server log:\n"
-                    f"{self.log('server')[-3000:]}")
+    """Waits for the launcher; fails with its log tail if it is late."""
+    try:
+      self.procs[0][1].wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      pytest.fail(f"still running after {timeout}s:\n{self.log('server')[-3000:]}")
 
   def kill(self) -> None:
-    for _, p in self.procs:
-      if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
+    """SIGTERM (the launcher stops its SuperLink and SuperNodes), SIGKILL if late."""
+    p = self.procs[0][1]
+    if p.poll() is None:
+      p.send_signal(signal.SIGTERM)
+      try:
+        p.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        p.kill()
         p.wait()
 
 
@@ -101,34 +107,17 @@ def rows(workdir):
     return [json.loads(line) for line in f]
 
 
-def strip_wall(rs):
-  return [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]
+def summary(workdir):
+  with open(os.path.join(workdir, "summary.json")) as f:
+    return json.load(f)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-  """An uninterrupted 3-round deployment: (its workdir root, server summary)."""
-  root = tmp_path_factory.mktemp("flower_full")
-  fed = Federation(root, port=free_port())
-  try:
-    fed.wait()
-  finally:
-    fed.kill()
-  assert fed.procs[0][1].returncode == 0, fed.log("server")[-3000:]
-  with open(root / "server" / "summary.json") as f:
-    return root, json.load(f)
-
-
-def simulator_run(workdir):
-  spec = importlib.util.spec_from_file_location("fedmrl_config",
-                                                f"{ROOT}/experiments/fedmrl.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("smoke")
-  c.num_clients = NUM_CLIENTS
+def simulate(spec, overrides, workdir):
+  """The simulator on one device with JAX's default keys, as the processes run."""
+  c = flower.load_config(spec, overrides)
   c.runtime.num_devices = 1  # a deployment runs every client on one device
-  # JAX's default (threefry) keys as in the deployed processes, not conftest's 'rbg':
-  # rbg draws under vmap (the simulator's init) differ from one key at a time.
+  # threefry as in the processes, not conftest's 'rbg': rbg draws under vmap (the
+  # simulator's init) differ from one key at a time
   previous = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", "threefry2x32")
   try:
@@ -137,58 +126,127 @@ def simulator_run(workdir):
     jax.config.update("jax_default_prng_impl", previous)
 
 
-def test_flower_federation_matches_simulator(uninterrupted, tmp_path):
-  root, summary = uninterrupted
-  sim = simulator_run(tmp_path / "sim")
-  deployed = rows(root / "server")
-  simulated = rows(tmp_path / "sim")
-  assert [r["round"] for r in deployed] == [1, 2, 3]
+def assert_equal_to_simulator(workdir, spec, overrides, sim_dir, num_clients):
+  sim = simulate(spec, overrides, sim_dir)
+  deployed, simulated = rows(workdir), rows(sim_dir)
+  assert [r["round"] for r in deployed] == [r["round"] for r in simulated]
   for d, s in zip(deployed, simulated):
     assert d["mean_test_acc"] == pytest.approx(s["mean_test_acc"], abs=1e-6)
     assert d["train_loss"] == pytest.approx(s["train_loss"], rel=1e-5)
-    assert d["uplink_params"] == s["uplink_params"]  # theta only, per client
-    assert d["downlink_params"] == s["downlink_params"]
-    assert (d["clients_trained"], d["clients_failed"]) == (NUM_CLIENTS, 0)
-  acc = [summary["per_client_test_acc"][str(k)] for k in range(NUM_CLIENTS)]
-  np.testing.assert_allclose(acc, sim["per_client_test_acc"], atol=1e-6)
-  assert summary["rounds_completed"] == 3
+    assert (d["uplink_params"], d["downlink_params"]) == (s["uplink_params"],
+                                                          s["downlink_params"])
+    assert (d["clients_trained"], d["clients_failed"],
+            d["clients_evaluated"]) == (num_clients, 0, num_clients)
+  acc = summary(workdir)["per_client_test_acc"]
+  np.testing.assert_allclose([acc[str(k)] for k in range(num_clients)],
+                             sim["per_client_test_acc"], atol=1e-6)
 
 
-def test_killed_client_does_not_stop_the_round(tmp_path):
-  fed = Federation(tmp_path, port=free_port(),
-                   server_flags=["--min_fit_clients=2", "--min_available_clients=2"],
-                   client_flags={2: ["--kill_at_round=2"]})
+@pytest.fixture(scope="module")
+def link(tmp_path_factory):
+  """The SuperLink and SuperNodes every run of this module goes to."""
+  root = tmp_path_factory.mktemp("flower")
+  env = {"FEDJAX_HET_DATA": os.path.abspath(DATA), "JAX_PLATFORMS": "cpu"}
+  lb = loopback.Loopback(str(root), port=free_port(), env=env, log=lambda s: None)
+  lb.env.pop("JAX_DEFAULT_PRNG_IMPL", None)
   try:
-    fed.wait()
+    lb.start_superlink()
+    lb.start_clients([0, 1])
+    lb.start_client(2, fault="nan@2,kill@3")
+    key = certs.make_node_key(str(root / "intruder"), "client-0")  # never registered
+    lb.start_supernode("intruder", {"client-id": 0, "workdir": str(root / "intruder")},
+                       key=key)
+    yield lb
   finally:
-    fed.kill()
-  assert fed.procs[0][1].returncode == 0, fed.log("server")[-3000:]
-  assert fed.procs[3][1].returncode == -signal.SIGKILL
-  rs = rows(tmp_path / "server")
-  assert [r["round"] for r in rs] == [1, 2, 3]
-  assert [(r["clients_trained"], r["clients_failed"]) for r in rs] == [(3, 0), (2, 1),
-                                                                        (2, 0)]
-  assert [r["clients_evaluated"] for r in rs] == [3, 2, 2]
-  assert "round 2: aggregated 2 uploads (1 failed)" in fed.log("server")
+    lb.stop()
 
 
-def test_whole_federation_resumes_from_the_server_checkpoint(uninterrupted, tmp_path):
-  full_root, full_summary = uninterrupted
-  port = free_port()
-  fed = Federation(tmp_path, port=port)
-  step2 = tmp_path / "server" / "checkpoints" / "2"
-  deadline = time.time() + TIMEOUT
-  while not step2.exists() and time.time() < deadline:  # orbax renames a finished step
-    time.sleep(0.05)
-  fed.kill()  # SIGKILL the server and every client
-  assert step2.exists(), fed.log("server")[-3000:]
-  fed = Federation(tmp_path, port=port)
-  try:
-    fed.wait()
-  finally:
-    fed.kill()
-  assert "resumed from round 2" in fed.log("server")
-  assert strip_wall(rows(tmp_path / "server")) == strip_wall(rows(full_root / "server"))
-  with open(tmp_path / "server" / "summary.json") as f:
-    resumed = json.load(f)
-  assert resumed["per_client_test_acc"] == full_summary["per_client_test_acc"]
+def submit(link, name, spec, overrides, **settings):
+  """Submits a run whose server writes to <root>/<name>; returns (run id, run config)."""
+  config = {"config": f"{ROOT}/{spec}", "overrides": overrides,
+            "workdir": link.path(name), "round-timeout": 600.0, "startup-timeout": 600.0,
+            **settings}
+  return link.submit(config), config
+
+
+def finish(link, run_id, config):
+  status = link.wait(run_id, TIMEOUT)
+  assert status == "finished:completed", (status, _tail(config["workdir"]))
+
+
+def _tail(workdir):
+  path = os.path.join(workdir, "server.log")
+  return open(path).read()[-3000:] if os.path.exists(path) else "(no server.log)"
+
+
+SPECS = {"fedmrl": ("experiments/fedmrl.py:smoke", "num_clients=2 num_rounds=2 eval_every=2"),
+         "fedmoe": ("experiments/fedmoe.py:smoke", "num_clients=2 num_rounds=1"),
+         "fedavg": ("experiments/fedavg.py:smoke", "num_clients=3 num_rounds=1")}
+
+
+@pytest.fixture(scope="module")
+def runs(link):
+  """Every run of the module; {name: run config}.
+
+  1. FedMRL, FedMoE and FedAvg side by side until FedMRL's server has checkpointed
+     round 1; then the SuperLink is SIGKILLed (their ServerApps die with it) and
+     restarted (same database: the registered SuperNodes reconnect).
+  2. The three runs resubmitted: each resumes from its newest checkpoint (FedMoE's and
+     FedAvg's may have none yet, or be complete already), and its clients from theirs.
+  3. FedAvg resubmitted with 3 rounds on a copy of its outputs (it resumes from round
+     1, and so do its clients, whose state is the config's): client 2's drills act in
+     rounds 2 (a NaN upload) and 3 (its SuperNode is killed); ``min-fit-clients=2``,
+     and a round waits 5 s for stragglers once 2 uploads are in.
+  """
+  t0 = time.monotonic()
+  configs = {name: submit(link, name, *SPECS[name])[1] for name in SPECS}
+  step1 = os.path.join(configs["fedmrl"]["workdir"], "checkpoints", "1")
+  while not os.path.exists(step1) and time.monotonic() < t0 + TIMEOUT:
+    time.sleep(0.1)  # orbax renames a step's directory once it is complete
+  assert os.path.exists(step1), _tail(configs["fedmrl"]["workdir"])
+  link.kill("superlink")  # SIGKILL
+  link.start_superlink()
+  resubmitted = {name: link.submit(config) for name, config in configs.items()}
+  for name, run_id in resubmitted.items():
+    finish(link, run_id, configs[name])
+  faults = dict(configs["fedavg"], overrides="num_clients=3 num_rounds=3",
+                workdir=link.path("faults"),
+                **{"min-fit-clients": 2, "straggler-timeout": 5.0})
+  shutil.copytree(configs["fedavg"]["workdir"], faults["workdir"])  # FedAvg, continued
+  finish(link, link.submit(faults), faults)
+  print(f"runs: {time.monotonic() - t0:.0f}s")
+  return dict(configs, faults=faults)
+
+
+def test_an_unregistered_supernode_is_refused(link):
+  intruder = link.procs["intruder"]
+  assert intruder.wait(timeout=120) != 0
+  assert "Failed to activate SuperNode" in link.logs("intruder")
+  assert "No SuperNode found with the given public key" in link.logs("superlink")
+
+
+def test_fedmrl_resumed_after_a_superlink_restart_equals_the_simulator(runs, tmp_path):
+  workdir = runs["fedmrl"]["workdir"]
+  server_log = _tail(workdir)
+  assert "server: resumed from round 1" in server_log
+  assert "registered as 'client-2': claims client id 2, not one of [0, 2)" in server_log
+  assert_equal_to_simulator(workdir, *SPECS["fedmrl"], tmp_path / "sim", 2)
+
+
+@pytest.mark.parametrize("algorithm,num_clients", [("fedmoe", 2), ("fedavg", 3)])
+def test_fedmoe_and_a_baseline_equal_the_simulator(runs, tmp_path, algorithm,
+                                                    num_clients):
+  assert_equal_to_simulator(runs[algorithm]["workdir"], *SPECS[algorithm],
+                            tmp_path / "sim", num_clients)
+
+
+def test_a_bad_upload_and_a_killed_supernode_are_tolerated(runs, link):
+  workdir = runs["faults"]["workdir"]
+  assert [(r["round"], r["clients_trained"], r["clients_failed"], r["clients_evaluated"])
+          for r in rows(workdir)] == [(1, 3, 0, 3), (2, 2, 1, 3), (3, 2, 1, 2)]
+  server_log = _tail(workdir)
+  assert "server: resumed from round 1" in server_log
+  assert "round 2: client 2 failed: array 0 holds non-finite values" in server_log
+  assert "round 3: client 2 failed: no reply within round-timeout" in server_log
+  assert link.procs["client-2"].wait(timeout=60) == -signal.SIGKILL
+  assert np.isfinite(summary(workdir)["final_mean_test_acc"])

@@ -541,8 +541,9 @@ def test_flower_deploys_own_algorithm_as_the_simulator_runs_it(gray28, tmp_path)
   flags = [f"--config={FEDPROX}:smoke", "--config.models=tiny", "--config.num_clients=2",
            "--config.num_rounds=1", "--config.data.name=gray28",
            f"--config.data.path={gray28}", "--config.data.subsample_per_class=0"]
-  fed = Federation(tmp_path, port=free_port(), config=flags, num_clients=2,
-                   env={"PYTHONPATH": ROOT})  # the processes run in tmp_path
+  # launched from the repository root as docs/extending.md does, no PYTHONPATH: the
+  # processes (which run in tmp_path) import examples.fedprox from the launcher's cwd
+  fed = Federation(tmp_path, port=free_port(), config=flags, num_clients=2, cwd=ROOT)
   try:
     fed.wait(timeout=300)
   finally:

@@ -44,7 +44,7 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(name, synthetic_npz, tmp
 
 def test_all_means_every_algorithm_config_and_no_other_script():
   names = [os.path.basename(c).removesuffix(".py:smoke") for c in kill_resume.smoke_configs()]
-  assert names == sorted(SPECS)  # not main.py, sweep.py, flower_server.py, ...
+  assert names == sorted(SPECS)  # not main.py, sweep.py, flower_federation.py, ...
 
 
 def _write_run(workdir, rows, summary):

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax
 import jax
@@ -174,6 +175,55 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
   return Federation(config, rt, algorithm, fed, archs)
 
 
+CLIENT_CACHE = "client_data.npz"
+
+
+def prepare_client(config: ml_collections.ConfigDict, client_id: int,
+                   cache_dir: str) -> tuple[Federation, ClientData]:
+  """Client ``client_id``'s federation and own data, read from the pool only once.
+
+  The first call partitions the pool as ``prepare_federation`` does and keeps the
+  client's examples, the layout and the normalization in ``<cache_dir>/client_data.npz``
+  (with the config they come from); later calls with the same config build the
+  federation from that file without reading the pool (a process that lives for one
+  message, as a Flower ClientApp, saves seconds per message). ``Federation.data`` is
+  then None.
+
+  Raises:
+    ValueError: a bad config, before any compute.
+  """
+  path = os.path.join(cache_dir, CLIENT_CACHE)
+  key = json.dumps([config.to_dict(), client_id], sort_keys=True, default=str)
+  if os.path.exists(path):
+    with np.load(path, allow_pickle=False) as cached:
+      if str(cached["key"]) == key:
+        meta = json.loads(str(cached["meta"]))
+        data = ClientData(*(cached[f.name] for f in dataclasses.fields(ClientData)))
+        return _federation_of(config, meta), data
+  fed = prepare_federation(config)
+  data = fed.client_data(client_id)
+  layout = fed.runtime.layout
+  meta = {"layout": dataclasses.asdict(layout), "normalization": fed.runtime.normalization}
+  os.makedirs(cache_dir, exist_ok=True)
+  tmp = path + ".tmp.npz"
+  np.savez(tmp, key=key, meta=json.dumps(meta),
+           **{f.name: getattr(data, f.name) for f in dataclasses.fields(ClientData)})
+  os.replace(tmp, path)
+  return fed, data
+
+
+def _federation_of(config: ml_collections.ConfigDict, meta: dict) -> Federation:
+  """A data-less ``Federation`` from the layout and normalization ``prepare_client``
+  kept (what ``prepare_federation`` builds after reading the pool)."""
+  config_lib.validate(config)
+  config = config_lib.with_algo_defaults(config)
+  tup = lambda v: tuple(tup(x) for x in v) if isinstance(v, list) else v
+  layout = data_lib.Layout(**{k: tup(v) for k, v in meta["layout"].items()})
+  rt = loop.make_runtime(config, layout, None, tup(meta["normalization"]))
+  archs = tuple(models.client_archs(config.models, config.num_clients))
+  return Federation(config, rt, get_spec(config.algorithm).build(config, rt), None, archs)
+
+
 # ---------------------------------------------------------------- the wire format
 def encode(tree: PyTree) -> list[np.ndarray]:
   """A pytree as the flat list of numpy arrays that crosses the wire."""
@@ -202,6 +252,138 @@ def decode(arrays: Sequence[np.ndarray], like: PyTree) -> PyTree:
 def num_scalars(arrays: Sequence[np.ndarray]) -> int:
   """Parameters (scalars) in a list of arrays: how communication is counted."""
   return int(sum(np.asarray(a).size for a in arrays))
+
+
+# ---------------------------------------------------------------- checked uploads
+# Bytes a serialized array may carry beyond its values (numpy's .npy header, which the
+# transports use: at most a few hundred bytes for any shape).
+ARRAY_OVERHEAD_BYTES = 1024
+
+
+class UploadRejected(ValueError):
+  """An upload the server refuses: the sending client's failure for the round."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayHeader:
+  """What a transport says about one received array before it is decoded.
+
+  Attributes:
+    dtype: the declared dtype name (``'float32'``).
+    shape: the declared shape.
+    nbytes: bytes actually received for it (serialized).
+  """
+  dtype: str
+  shape: tuple
+  nbytes: int
+
+
+def headers_of(arrays: Sequence[np.ndarray], overhead: int = 128) -> list[ArrayHeader]:
+  """The headers numpy arrays would arrive with (``overhead`` bytes of framing each)."""
+  return [ArrayHeader(str(a.dtype), tuple(a.shape), a.nbytes + overhead)
+          for a in map(np.asarray, arrays)]
+
+
+def upload_bytes(like: PyTree) -> int:
+  """Bytes of the values of an upload shaped ``like`` (the bound a transport checks)."""
+  return int(sum(np.dtype(s.dtype).itemsize * int(np.prod(s.shape))
+                 for s in jax.tree.leaves(like)))
+
+
+def check_upload(client_id: int, claimed_id: Any, headers: Sequence[ArrayHeader],
+                 load: Callable[[], Sequence[np.ndarray]], like: PyTree) -> PyTree:
+  """Decodes a client's upload after checking it; ``UploadRejected`` says what is wrong.
+
+  Transport-free (``fedjax_het.deploy.flower`` calls it on every reply). The checks, in
+  order, each before anything later is read:
+
+  1. the reply speaks for the client it was asked of (``claimed_id == client_id``);
+  2. the bytes received are at most the expected values plus ``ARRAY_OVERHEAD_BYTES``
+     per array, and the array count is the expected one;
+  3. every declared dtype and shape is the expected one;
+  4. ``load()`` (only now called: the transport's decoding) gives those dtypes and
+     shapes;
+  5. every value of a floating-point array is finite.
+
+  Args:
+    client_id: the client the server sent the round's message to.
+    claimed_id: the client id the reply says it comes from.
+    headers: what the transport received, one per array (``ArrayHeader``).
+    load: decodes the arrays (called once, after checks 1-3 pass).
+    like: the expected upload (arrays or ShapeDtypeStructs; ``abstract_upload``).
+
+  Returns:
+    the upload as a pytree shaped ``like``.
+  """
+  if claimed_id != client_id:
+    raise UploadRejected(f"the reply to client {client_id} claims to come from client "
+                         f"{claimed_id!r}")
+  leaves = jax.tree.leaves(like)
+  bound = upload_bytes(like) + ARRAY_OVERHEAD_BYTES * len(leaves)
+  received = sum(h.nbytes for h in headers)
+  if received > bound:
+    raise UploadRejected(f"{received} bytes received; the upload holds at most {bound}")
+  if len(headers) != len(leaves):
+    raise UploadRejected(f"{len(headers)} arrays received; expected {len(leaves)}")
+  for k, (h, ref) in enumerate(zip(headers, leaves)):
+    if h.dtype != np.dtype(ref.dtype).name or tuple(h.shape) != tuple(ref.shape):
+      raise UploadRejected(f"array {k}: declared {h.dtype}{list(h.shape)}, expected "
+                           f"{np.dtype(ref.dtype).name}{list(ref.shape)}")
+  try:
+    tree = decode(load(), like)
+  except ValueError as err:
+    raise UploadRejected(f"does not decode: {err}") from err
+  for k, a in enumerate(jax.tree.leaves(tree)):
+    if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
+      raise UploadRejected(f"array {k} holds non-finite values")
+  return tree
+
+
+def check_weight(weight: Any, expected: int | None) -> int:
+  """A client's aggregation weight (its train examples), or ``UploadRejected``.
+
+  A weight decides how much an upload counts, so an unchecked one poisons the aggregate
+  as surely as a bad array: it must be a positive integer, and equal to ``expected``
+  (the client's train examples, when the server knows them: ``expected_counts``).
+  """
+  if isinstance(weight, bool) or not isinstance(weight, (int, np.integer)) or weight <= 0:
+    raise UploadRejected(f"weight {weight!r} is not a positive integer")
+  if expected is not None and int(weight) != expected:
+    raise UploadRejected(f"weight {weight} differs from the client's {expected} train "
+                         "examples")
+  return int(weight)
+
+
+def check_counts(correct: Any, total: Any, expected_total: int | None) -> tuple[int, int]:
+  """A client's evaluation ``(correct, total)``, or ``UploadRejected``."""
+  if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+             for v in (correct, total)) or not 0 <= correct <= total:
+    raise UploadRejected(f"evaluation counts {correct!r}/{total!r} are not 0 <= correct "
+                         "<= total")
+  if expected_total is not None and int(total) != expected_total:
+    raise UploadRejected(f"evaluated on {total} examples; the client holds "
+                         f"{expected_total} test examples")
+  return int(correct), int(total)
+
+
+def check_metrics(aux: dict) -> dict[str, float]:
+  """A client's training metrics (``aux``: name -> number), all finite, as floats."""
+  out = {}
+  for k, v in aux.items():
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not np.isfinite(v):
+      raise UploadRejected(f"metric {k!r}={v!r} is not a finite number")
+    out[k] = float(v)
+  return out
+
+
+def expected_counts(fed: Federation, client_id: int) -> tuple[int | None, int | None]:
+  """(train, test) examples of ``client_id`` from the server's partition (None, None
+  when the federation was laid out without data)."""
+  if fed.data is None:
+    return None, None
+  g, j = fed.runtime.layout.group_of(client_id)
+  index = fed.data.groups[g]
+  return int(index.num_train[j]), int(index.num_test[j])
 
 
 def key_to_bytes(key: jax.Array) -> bytes:
@@ -302,8 +484,11 @@ class ClientNode:
   def _initial(self):
     key = jax.random.PRNGKey(self.fed.config.seed)
     padded = self.fed.runtime.layout.padded_sizes[self.group]
-    return jax.jit(functools.partial(self.fed.protocol.init_client, self.group))(
+    state = jax.jit(functools.partial(self.fed.protocol.init_client, self.group))(
         base.client_init_keys(key, self.group, padded)[self.position])
+    # placed as a restored state is (``on_device``), so the local round compiles to the
+    # same program either way (one entry in a persistent compilation cache)
+    return jax.device_put(state, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
   def _restore(self, before: int | None):
     """(state, round it was produced at): the newest checkpoint before ``before``."""

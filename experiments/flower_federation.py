@@ -1,0 +1,108 @@
+r"""A Flower federation on this machine: a SuperLink, one SuperNode per client, one run.
+
+  python experiments/flower_federation.py --config=experiments/fedmrl.py:smoke \
+      --config.num_clients=3 --workdir=/tmp/flower
+
+Starts ``flower-superlink`` on 127.0.0.1 (TLS with a throwaway CA made under
+``<workdir>/tls``: for testing only; SuperNode authentication on), registers one key
+per client under the name ``client-<k>``, starts one ``flower-supernode`` per client
+(node config: its client id, workdir and data), submits the Flower App with ``flwr run``
+(run config: this config file and its ``--config.*`` overrides), prints the server's
+lines until the run ends, then stops every process. Exit status 0 iff the run finished
+all its rounds. Rerunning the same command resumes from the newest checkpoint in
+``<workdir>/server`` (docs/deploy.md; ``fedjax_het/deploy/loopback.py`` is the library).
+"""
+import os
+import signal
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+
+from fedjax_het import cli
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root of everything the federation "
+                               "writes (resumed when it exists).")
+_PORT = flags.DEFINE_integer("port", 9093, "The SuperLink's port on 127.0.0.1.")
+_INSECURE = flags.DEFINE_bool("insecure", False, "Plaintext, unauthenticated SuperNodes: "
+                              "for debugging on a trusted machine only.")
+_ROUND_TIMEOUT = flags.DEFINE_float("round_timeout", 600, "Seconds a round waits for "
+                                    "its replies.")
+_STARTUP_TIMEOUT = flags.DEFINE_float("startup_timeout", 600, "Seconds to wait for all "
+                                      "clients before round 1.")
+_MIN_FIT = flags.DEFINE_integer("min_fit_clients", 0, "Uploads needed to aggregate a "
+                                "round (0: every drawn client).")
+_MIN_AVAILABLE = flags.DEFINE_integer("min_available_clients", 0, "Connected clients "
+                                      "needed to start a round after the first (0: "
+                                      "min_fit_clients).")
+_STRAGGLER = flags.DEFINE_float("straggler_timeout", 0, "Once min_fit_clients uploads "
+                                 "are in, seconds a round still waits for the others "
+                                 "(0: until round_timeout).")
+_FRESH = flags.DEFINE_bool("fresh_start", False, "Discard a previous run's checkpoints "
+                           "and metrics in <workdir>/server.")
+_FAULTS = flags.DEFINE_multi_string("fault", [], "Fault drill 'client:kind@round' (kinds: "
+                                    "kill, hang, nan, oversize, shape, impersonate).")
+_TIMEOUT = flags.DEFINE_float("timeout", 24 * 3600, "Seconds to wait for the run.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def config_spec(argv) -> str:
+  """The ``--config`` file spec of ``argv`` with its path made absolute."""
+  spec, _ = cli.overrides(argv)
+  path, sep, variant = spec.partition(":")
+  return os.path.abspath(path) + sep + variant
+
+
+def main(argv):
+  del argv
+  from fedjax_het.deploy import federation, flower, loopback  # Flower: an optional extra
+  config = _CONFIG.value
+  faults = {}
+  try:
+    for item in _FAULTS.value:
+      client, _, fault = item.partition(":")
+      if not client.isdigit() or int(client) >= config.num_clients:
+        raise ValueError(f"--fault={item}: not client:kind@round with a client id in "
+                         f"[0, {config.num_clients})")
+      flower.parse_faults(fault)
+      faults[int(client)] = fault
+    federation.prepare_federation(config)  # every config and data error before starting
+  except (ValueError, FileNotFoundError) as err:
+    cli.fail(err)
+  workdir = os.path.abspath(_WORKDIR.value)
+  run_config = {"config": config_spec(sys.argv), "overrides": flower.overrides_of(sys.argv),
+                "workdir": os.path.join(workdir, "server"),
+                "round-timeout": _ROUND_TIMEOUT.value,
+                "startup-timeout": _STARTUP_TIMEOUT.value,
+                "min-fit-clients": _MIN_FIT.value,
+                "min-available-clients": _MIN_AVAILABLE.value,
+                "straggler-timeout": _STRAGGLER.value,
+                "fresh-start": _FRESH.value}
+  log = lambda s: print(s, flush=True)
+  # SIGTERM (Ctrl-C too) unwinds through Loopback's exit, which stops every process
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  with loopback.Loopback(workdir, port=_PORT.value, insecure=_INSECURE.value,
+                         log=log) as fed:
+    fed.start_superlink()
+    fed.start_clients(range(config.num_clients), faults=faults)
+    log(f"federation: SuperLink on 127.0.0.1:{_PORT.value} "
+        f"({'INSECURE' if _INSECURE.value else 'TLS, SuperNode authentication'}), "
+        f"{config.num_clients} SuperNodes; logs in {fed.path('logs')}")
+    run_id = fed.submit(run_config)
+    log(f"federation: submitted run {run_id} (flwr run {loopback.APP_DIR} "
+        f"{loopback.CONNECTION})")
+    status = fed.wait(run_id, _TIMEOUT.value,
+                      follow=os.path.join(run_config["workdir"], "server.log"))
+    failure = fed.failure(run_id) if status != "finished:completed" else None
+    if failure:
+      log(f"federation: the run failed: {failure} (whole log: "
+          f"{fed.path('logs', f'run-{run_id}.log')})")
+    log(f"federation: run {run_id} {status}; stopping the SuperNodes and the SuperLink")
+  if status != "finished:completed":
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  cli.run(main)
