@@ -2,6 +2,7 @@
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from fedjax_het import config as config_lib
@@ -161,10 +162,11 @@ def test_every_ledger_group_names_a_planned_cell(tmp_path):
   """Every claim's groups are (sweep file, method, setting) cells its sweep plans, and
   every claim names the sweep files that make its runs."""
   ledger = runner.load_module(os.path.join(CLAIMS, "ledger.py"))
-  cells = {}
+  cells, rounds = {}, {}
   for f in SWEEPS:
     sweep = runner.load_config_file(os.path.join(CLAIMS, f))
     cells[f[:-3]] = {(r.algorithm, r.setting) for r in runner.plan(sweep, str(tmp_path))}
+    rounds[f[:-3]] = sweep.base_overrides.num_rounds
   assert len({c.id for c in ledger.CLAIMS}) == len(ledger.CLAIMS)
   cells["paper_cpu"] = {(r.algorithm, r.setting) for r in runner.plan(
       runner.load_config_file(os.path.join(ROOT, "experiments", "sweeps", "paper_cpu.py")),
@@ -175,3 +177,66 @@ def test_every_ledger_group_names_a_planned_cell(tmp_path):
       name = group.sweep.removeprefix("claims/")
       assert (group.method, group.setting) in cells[name], (claim.id, group)
       assert files.get(name, f"experiments/claims/{name}.py") in claim.sweep_files, claim.id
+      # a claim reads its sweep's last round (T), or the T-round prefix of a 3 T run
+      assert max(claim.rounds) == rounds.get(name, ledger.T_CELL), (claim.id, rounds)
+
+
+def _target_runs(root):
+  """fast reaches 0.8 at round 2 (seed 0) / 3 (seeds 1, 2); slow at round 4 / 6 / never
+  (seed 2, in ``never``); communication 10 + 2 per round (slow: 1 per round); FLOPs per
+  round 3e9 (fast) and 1e9 (slow) in costs.json."""
+  import json
+  reach = {"fast": (2, 3, 3), "slow": (4, 6, 99)}
+  comm = {"fast": 2.0, "slow": 1.0}
+  for method, rounds in reach.items():
+    for seed, t_hit in enumerate(rounds):
+      workdir = os.path.join(root, "s", method, "cell", f"seed{seed}")
+      os.makedirs(workdir)
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump({"algorithm": method, "seed": seed}, f)
+      rows = [{"round": t, "mean_test_acc": 0.9 if t >= t_hit else 0.5,
+               "uplink_params": comm[method] * t, "downlink_params": 10.0, "wall_s": t}
+              for t in range(1, 9)]
+      with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+      with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump({"per_client_test_acc": [0.9, 0.9]}, f)
+  with open(os.path.join(root, "s", "costs.json"), "w") as f:
+    json.dump({"fast|cell": {"round_flops": 3e9}, "slow|cell": {"round_flops": 1e9}}, f)
+
+
+def test_cost_to_target_claims(tmp_path):
+  from fedjax_het.sweeps import claims
+  results = str(tmp_path / "results")
+  _target_runs(results)
+  a, b = claims.Group("s", "fast", "cell"), claims.Group("s", "slow", "cell")
+
+  def claim(measure, target=0.8, direction=1):
+    return claims.Claim(f"to target {measure}", "fewer", None, "cut", a, b, (8,),
+                        ("experiments/claims/table.py",), test="target", target=target,
+                        measure=measure, direction=direction)
+  runs = claims.load_sweeps(results, [claim("rounds")])
+  # seed 2 of slow never reaches 0.8: no verdict, and the page says how many seeds
+  (r,) = claims.read(claim("rounds"), runs)
+  assert r.verdict == claims.NOT_REACHED and r.round == 8
+  assert r.diffs[:2].tolist() == [50.0, 50.0] and np.isnan(r.diffs[2])
+  # at 0.4 every run reaches it at round 1: nothing saved in rounds, 3x the FLOPs
+  (r,) = claims.read(claim("rounds", target=0.4), runs)
+  assert r.mean == 0.0 and r.verdict == "not seen"
+  (r,) = claims.read(claim("computation", target=0.4), runs)
+  assert r.diffs.tolist() == [-200.0] * 3 and r.verdict == "opposite"
+  # communication to round 1: fast 2 + 10, slow 1 + 10; a claim that A spends more
+  (r,) = claims.read(claim("communication", target=0.4, direction=-1), runs)
+  np.testing.assert_allclose(r.diffs, [100 * (11 - 12) / 11] * 3)
+  assert r.verdict == "reproduced"
+  page = str(tmp_path / "claims.md")
+  text = claims.render([claim("rounds"), claim("computation", target=0.4)], runs,
+                       page_path=page, figures_dir=str(tmp_path / "figures"),
+                       results=results)
+  assert "| 8 | 1 of 3 seeds did not reach it | – | target not reached in every run |" in text
+  assert "-200.00 ± 0.00% of B's computation saved (n=3)" in text
+  assert os.path.exists(tmp_path / "figures" / "to_target_rounds.png")
+  with pytest.raises(ValueError, match="needs target in"):
+    claim("rounds", target=80)
+  with pytest.raises(ValueError, match="measure='time'"):
+    claim("time")

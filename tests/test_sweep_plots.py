@@ -16,6 +16,7 @@ from fedjax_het.training import loop
 from fedjax_het.training import metrics as metrics_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fedjax_het.sweeps import paired  # noqa: E402
 from fedjax_het.sweeps import plots  # noqa: E402
 from fedjax_het.sweeps import results_page  # noqa: E402
 from fedjax_het.sweeps import runner as sweep  # noqa: E402
@@ -155,8 +156,8 @@ def test_curves_and_cost_to_target():
   np.testing.assert_allclose(curves["a"].acc, [0.2, 0.4, 0.6])
   np.testing.assert_allclose(curves["a"].acc_std, [np.sqrt(0.02)] * 3)
   np.testing.assert_allclose(curves["a"].comm, [20, 40, 60])
-  assert plots.first_reach([0.1, 0.4, 0.3], 0.35) == 1
-  assert plots.first_reach([0.1], 0.35) is None
+  assert paired.first_reach([0.1, 0.4, 0.3], 0.35) == 1
+  assert paired.first_reach([0.1], 0.35) is None
   assert plots.default_target(curves) == pytest.approx(0.4)
   costs = plots.target_costs(curves, 0.35)
   assert costs["a"] == {"round": 2, "comm": 40.0, "wall": 2.0}

@@ -1,7 +1,7 @@
 r"""FedMRL M2 (Fig. 6 left) and M3 (Fig. 6 right): the representation width d1 of the
 shared small model in {100, 200, 300, 400, 500} (smaller d1: higher accuracy, lower
 cost), and the Matryoshka heads on and off (``algo.use_mrl``) at each d1's ends.
-The ledger's cut (``protocol.py``) at T = 40.
+The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/m2_m3_fedmrl.py \
       --sweep_dir=results/claims/m2_m3_fedmrl --seed_batch=3 --budget_min=45

@@ -1,7 +1,7 @@
 r"""Moss S1-S3: fidelity-guided aggregation (FILE) against plain averaging of the proxies
 (``algo.aggregation='uniform'``, Sec. 4.8.3), the weight mapping WIRE against its
 ablation (``algo.mapping='naive'``), and a public set of 25% of the ledger's 200
-examples. The ledger's cut (``protocol.py``) at T = 40.
+examples. The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/moss_ablations.py \
       --sweep_dir=results/claims/moss_ablations --seed_batch=3 --budget_min=45

@@ -3,7 +3,7 @@ r"""pFedMoE P1 (Fig. 7) and FedMRL M5: accuracy as each client sees more classes
 pFedMoE: accuracy falls as classes per client rise {2, 4, 6, 8, 10} (CIFAR-10, N = 100,
 C = 10%) and FedMoE stays above FedProto at each (+13.10 points at 8/10); FedMRL
 (Sec. 5.3.1) stays above FedProto across class counts. The ledger's cut
-(``protocol.py``) at T = 40; ``:cifar100`` runs the papers' {10, 30, 50, 70, 90, 100}
+(``protocol.py``, T = ``ROUNDS`` there); ``:cifar100`` runs the papers' {10, 30, 50, 70, 90, 100}
 of 100 classes (not run on CPU).
 
   python experiments/sweep.py --sweep=experiments/claims/p1_classes.py \

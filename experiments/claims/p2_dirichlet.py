@@ -1,7 +1,7 @@
 r"""pFedMoE P2 (Fig. 8 left) and FedMRL M5: FedMoE and FedMRL above FedProto for
 Dirichlet(gamma) label shares, gamma in {0.1, 0.2, 0.3, 0.4, 0.5} (every client holds
 every class in Dirichlet proportions; smaller gamma is more skewed). The ledger's cut
-(``protocol.py``) at T = 40 with ``partition.kind='dirichlet'``.
+(``protocol.py``, T = ``ROUNDS`` there) with ``partition.kind='dirichlet'``.
 
   python experiments/sweep.py --sweep=experiments/claims/p2_dirichlet.py \
       --sweep_dir=results/claims/p2_dirichlet --seed_batch=3 --budget_min=60

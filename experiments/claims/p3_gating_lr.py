@@ -1,7 +1,7 @@
 r"""pFedMoE P3 (Fig. 8 right): FedMoE's sensitivity to the gating network's learning
 rate in {0.001, 0.01, 0.1, 1}, 3 seeds, the other learning rates at 0.01. The paper
 shows it robust; the ledger reports the spread of final accuracy over the four rates
-against the seeds' spread. The ledger's cut (``protocol.py``) at T = 40.
+against the seeds' spread. The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/p3_gating_lr.py \
       --sweep_dir=results/claims/p3_gating_lr --seed_batch=3 --budget_min=30

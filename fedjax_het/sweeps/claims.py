@@ -24,8 +24,13 @@ standard error (``paired``), and its verdict (``verdict``):
 Every row also says where the difference was going at the round read: the slope of the
 per-round difference over the last third of rounds 1..T (``paired.trend``), ``rising``
 or ``falling`` beyond two standard errors, else ``flat``. Tests: ``'paired'`` (A minus B
-in accuracy points, protocol (a)) and ``'clients'`` (the share of clients on which A
-beats B at the run's final round, minus 50%, in points: the papers' "76% of clients").
+in accuracy points, protocol (a)), ``'clients'`` (the share of clients on which A
+beats B at the run's final round, minus 50%, in points: the papers' "76% of clients")
+and ``'target'`` (what A saves against B to first reach ``Claim.target`` mean test
+accuracy, in % of B's cost, per seed: rounds, communication = the parameters sent both
+ways until then, or computation = those rounds times the round's FLOPs from the sweep's
+``costs.json``, as the papers count them; a seed in which either never reaches the
+target leaves the claim without a verdict).
 """
 from __future__ import annotations
 
@@ -37,10 +42,12 @@ from typing import Sequence
 import numpy as np
 
 from fedjax_het.sweeps import paired
-from fedjax_het.sweeps.rundirs import RunData, load_runs
+from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json
 
 VERDICTS = ("reproduced", "same direction, smaller", "not seen", "opposite", "differs")
-TESTS = ("paired", "clients")
+TESTS = ("paired", "clients", "target")
+MEASURES = ("rounds", "communication", "computation")  # of a 'target' claim
+NOT_REACHED = "target not reached in every run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +75,14 @@ class Claim:
     a, b: the groups compared (A minus B).
     rounds: the rounds read (the last of them no later than the runs' last round).
     sweep_files: the sweep files that make the runs (commands on the page).
-    test: ``'paired'`` or ``'clients'`` (module docstring).
+    test: ``'paired'``, ``'clients'`` or ``'target'`` (module docstring).
     direction: +1 or -1, the claim's sign when ``paper_points`` is None; 0 for a claim
       of no difference (robustness): ``reproduced`` when within two standard errors of
       zero, else ``differs``.
     headline: the name shared by one comparison's rows at several budgets (the page
       says where their verdicts differ), or "".
+    target: a ``'target'`` claim's accuracy (a fraction in (0, 1]).
+    measure: a ``'target'`` claim's cost, one of ``MEASURES``.
   """
   id: str
   paper: str
@@ -86,10 +95,19 @@ class Claim:
   test: str = "paired"
   direction: int = 1
   headline: str = ""
+  target: float | None = None
+  measure: str = "rounds"
 
   def __post_init__(self):
     if self.test not in TESTS:
       raise ValueError(f"claim {self.id}: test={self.test!r} is not one of {TESTS}")
+    if self.test == "target":
+      if self.target is None or not 0 < self.target <= 1:
+        raise ValueError(f"claim {self.id}: a 'target' claim needs target in (0, 1]; "
+                         f"got {self.target!r}")
+      if self.measure not in MEASURES:
+        raise ValueError(f"claim {self.id}: measure={self.measure!r} is not one of "
+                         f"{MEASURES}")
     if not self.rounds:
       raise ValueError(f"claim {self.id}: no rounds to read")
 
@@ -156,8 +174,68 @@ def client_shares(claim: Claim, runs_by_sweep: dict) -> tuple[np.ndarray, int] |
   return np.array(shares), int(a[seeds[0]].rows[-1]["round"])
 
 
+def sweep_root(run: RunData) -> str:
+  """The sweep directory a run of a sweep lies in (``<root>/<method>/<setting>/seed<k>``)."""
+  return run.workdir[:-len(run.name)].rstrip(os.sep) or "."
+
+
+def round_flops(run: RunData) -> float:
+  """FLOPs of one round of ``run``'s cell, from its sweep's ``costs.json``.
+
+  Raises:
+    ValueError: the sweep holds no cost of the run's cell.
+  """
+  from fedjax_het.sweeps import budget  # noqa: PLC0415 - only for 'computation' claims
+  path = os.path.join(sweep_root(run), budget.COSTS_FILE)
+  costs = read_json(path) if os.path.exists(path) else {}
+  cost = costs.get(f"{run.method}|{run.setting}")
+  if not cost or not cost.get("round_flops"):
+    raise ValueError(f"no round_flops of {run.method}|{run.setting} in {path}")
+  return float(cost["round_flops"])
+
+
+def cost_to_target(run: RunData, target: float, measure: str) -> float:
+  """What ``run`` spent until its mean test accuracy first reached ``target`` (inf when
+  it never did): rounds, parameters sent both ways, or FLOPs (module docstring)."""
+  rows = [r for r in run.rows if r.get("mean_test_acc") is not None]
+  i = paired.first_reach([r["mean_test_acc"] for r in rows], target)
+  if i is None:
+    return math.inf
+  row = rows[i]
+  if measure == "rounds":
+    return float(row["round"])
+  if measure == "communication":
+    return float(row["uplink_params"] + row["downlink_params"])
+  return float(row["round"]) * round_flops(run)
+
+
+def target_savings(claim: Claim, runs_by_sweep: dict) -> tuple[np.ndarray, int] | None:
+  """Per seed, 100 (cost_B - cost_A) / cost_B to reach the claim's target (nan where
+  either run never reached it), and the runs' last round; None when no seed is shared."""
+  a = {r.seed: r for r in group_runs(runs_by_sweep, claim.a)}
+  b = {r.seed: r for r in group_runs(runs_by_sweep, claim.b)}
+  seeds = sorted(set(a) & set(b))
+  if not seeds:
+    return None
+  out = []
+  for s in seeds:
+    cost_a, cost_b = (cost_to_target(g[s], claim.target, claim.measure) for g in (a, b))
+    finite = math.isfinite(cost_a) and math.isfinite(cost_b)
+    out.append(100.0 * (cost_b - cost_a) / cost_b if finite else math.nan)
+  return np.array(out), int(a[seeds[0]].rows[-1]["round"])
+
+
 def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
   """The claim at each of its rounds the runs reached ([] when no pair finished)."""
+  if claim.test == "target":
+    found = target_savings(claim, runs_by_sweep)
+    if found is None:
+      return []
+    diffs, last = found
+    if np.isnan(diffs).any():
+      return [Reading(last, diffs, math.nan, math.nan, None, NOT_REACHED)]
+    mean, se = paired.mean_se(diffs)
+    return [Reading(last, diffs, mean, se, None, _verdict(mean, se, claim))]
   if claim.test == "clients":
     found = client_shares(claim, runs_by_sweep)
     if found is None:
@@ -206,6 +284,12 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, f"{plots.sweep_lib.slug(claim.id)}.png")
   title = f"{claim.id}: {claim.a.method} minus {claim.b.method}"
+  if claim.test == "target":
+    a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
+    if not a or not b:
+      return None
+    curves = {claim.a.method: plots.mean_curve(a), claim.b.method: plots.mean_curve(b)}
+    return plots.plot_accuracy(curves, claim.a.setting, path, target=claim.target)
   if claim.test == "clients":
     a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
     if not a or not b:
@@ -219,9 +303,12 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
                                   marks=[t for t in claim.rounds if t <= c.rounds[-1]])
 
 
-def _cell(r: Reading) -> str:
+def _cell(r: Reading, claim: Claim) -> str:
+  if claim.test == "target" and r.verdict == NOT_REACHED:
+    return f"{int(np.isnan(r.diffs).sum())} of {len(r.diffs)} seeds did not reach it"
   se = "" if math.isnan(r.se) else f" ± {r.se:.2f}"
-  return f"{r.mean:+.2f}{se} (n={len(r.diffs)})"
+  unit = f"% of B's {claim.measure} saved" if claim.test == "target" else ""
+  return f"{r.mean:+.2f}{se}{unit} (n={len(r.diffs)})"
 
 
 def _trend(r: Reading) -> str:
@@ -235,7 +322,8 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
   """The page's opening sentences, from the readings."""
   read_rows = [(c, rs) for c, rs in rows if rs]
   last = [rs[-1].verdict for _, rs in read_rows]
-  counts = ", ".join(f"{last.count(v)} {v}" for v in VERDICTS if last.count(v))
+  counts = ", ".join(f"{last.count(v)} {v}" for v in (*VERDICTS, NOT_REACHED)
+                     if last.count(v))
   lines = [f"{len(read_rows)} of {len(rows)} claims have finished runs"
            + (f"; at the longest budget read: {counts}." if counts else ".")]
   budgets: dict = {}  # one comparison's readings over its rows (its budgets)
@@ -280,13 +368,15 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
       continue
     for i, r in enumerate(readings):
       lines.append(f"| {name if i == 0 else ''} | {paper if i == 0 else ''} | "
-                   f"{what if i == 0 else ''} | {r.round} | {_cell(r)} | {_trend(r)} | "
+                   f"{what if i == 0 else ''} | {r.round} | {_cell(r, c)} | {_trend(r)} | "
                    f"{r.verdict} |")
     if fig:
       figures.append((c, os.path.relpath(fig, page_dir)))
   lines += ["", "A − B: the mean over seeds of the per-seed difference (same seed: same "
             "partition), ± its standard error; `clients`: the share of clients on which A "
-            "beats B at the final round, minus 50%. Going: the slope of the per-round "
+            "beats B at the final round, minus 50%; `to target`: what A saves, in % of "
+            "B's cost, to first reach the target accuracy (the round shown is the runs' "
+            "last). Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
             "errors.", ""]
   if notes:

@@ -300,6 +300,12 @@ def round_pair(values: dict, base: dict, group: tuple, base_group: tuple,
   return RoundComparison(*group, *base_group, key, seeds, rounds, diffs)
 
 
+def first_reach(acc: Sequence[float], target: float) -> int | None:
+  """Index of the first value ``>= target`` (None when never reached)."""
+  hits = np.flatnonzero(np.asarray(acc) >= target)
+  return int(hits[0]) if len(hits) else None
+
+
 def mean_se(diffs: np.ndarray) -> tuple[float, float]:
   """Mean and its standard error (sample std / sqrt(n); nan for a single value)."""
   d = np.asarray(diffs, dtype=np.float64)

@@ -95,12 +95,6 @@ def mean_curve(runs: Sequence[RunData]) -> Curve:
                np.zeros(len(common)), comm.mean(0), wall.mean(0), len(runs))
 
 
-def first_reach(acc: Sequence[float], target: float) -> int | None:
-  """Index of the first value ``>= target`` (None when never reached)."""
-  hits = np.flatnonzero(np.asarray(acc) >= target)
-  return int(hits[0]) if len(hits) else None
-
-
 def default_target(curves: dict) -> float:
   """The lowest final accuracy among the methods' curves (every method reaches it)."""
   return min(float(c.acc[-1]) for c in curves.values())
@@ -110,7 +104,7 @@ def target_costs(curves: dict, target: float) -> dict:
   """``{method: {'round', 'comm', 'wall'} or None}`` at the first round reaching target."""
   out = {}
   for method, c in curves.items():
-    i = first_reach(c.acc, target)
+    i = paired_lib.first_reach(c.acc, target)
     out[method] = None if i is None else {"round": int(c.rounds[i]),
                                           "comm": float(c.comm[i]),
                                           "wall": float(c.wall[i])}
@@ -159,8 +153,10 @@ def title_of(kind: str, setting: str) -> str:
   return f"{kind} ({setting})" if setting else kind
 
 
-def plot_accuracy(curves: dict, setting: str, path: str) -> str:
-  """Mean test accuracy (%) vs rounds, one line per method, +-1 std band over seeds."""
+def plot_accuracy(curves: dict, setting: str, path: str, *,
+                  target: float | None = None) -> str:
+  """Mean test accuracy (%) vs rounds, one line per method, +-1 std band over seeds;
+  ``target`` (a fraction): a dashed line at it."""
   fig = new_figure()
   ax = fig.add_subplot()
   for method, c in curves.items():
@@ -169,6 +165,9 @@ def plot_accuracy(curves: dict, setting: str, path: str) -> str:
     if c.num_seeds > 1:
       ax.fill_between(c.rounds, 100 * (c.acc - c.acc_std), 100 * (c.acc + c.acc_std),
                       color=line.get_color(), alpha=0.2)
+  if target is not None:
+    ax.axhline(100 * target, color="black", linestyle="--", linewidth=1,
+               label=f"target {100 * target:.1f}%")
   ax.set(xlabel="round", ylabel="mean test accuracy over clients (%)",
          title=title_of("Mean test accuracy", setting))
   ax.xaxis.set_major_locator(MaxNLocator(integer=True))
