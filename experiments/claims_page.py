@@ -22,6 +22,9 @@ LEDGER = flags.DEFINE_string("ledger", os.path.join(os.path.dirname(__file__), "
                              "The ledger file (ABOUT, CLAIMS and NOT_TESTED).")
 FIGURES = flags.DEFINE_string("figures", "",
                               "Where the figures go (default <results>/claims/figures).")
+GATES = flags.DEFINE_bool("gates", True, "Write gates.json beside each finished run of a "
+                          "'gates' claim that has its checkpoints and no gates.json yet "
+                          "(restores the final checkpoint; commit the file).")
 
 
 def main(argv):
@@ -29,6 +32,12 @@ def main(argv):
   try:
     ledger = runner.load_module(LEDGER.value)
     runs = claims.load_sweeps(RESULTS.value, ledger.CLAIMS)
+    if GATES.value:
+      for claim in (c for c in ledger.CLAIMS if c.test == "gates"):
+        for run in claims.group_runs(runs, claim.a):
+          if (claims.read_gates(run) is None
+              and os.path.isdir(os.path.join(run.workdir, "checkpoints"))):
+            print(f"wrote {claims.write_gates(run)}", flush=True)
     text = claims.render(
         ledger.CLAIMS, runs, page_path=OUT.value,
         figures_dir=FIGURES.value or os.path.join(RESULTS.value, "claims", "figures"),

@@ -240,3 +240,51 @@ def test_cost_to_target_claims(tmp_path):
     claim("rounds", target=80)
   with pytest.raises(ValueError, match="measure='time'"):
     claim("time")
+
+
+def test_gate_weights_differ_beyond_chance():
+  from fedjax_het.sweeps import claims
+  # groups explaining all the variance: eta^2 = 1, chance (k - 1) / (n - 1) = 1/3
+  assert claims.excess_eta_squared([0, 0, 1, 1], ["a", "a", "b", "b"]) == pytest.approx(
+      100 * (1 - 1 / 3))
+  assert claims.excess_eta_squared([0, 1, 0, 1], ["a", "a", "b", "b"]) == pytest.approx(
+      -100 / 3)  # none of it
+  assert np.isnan(claims.excess_eta_squared([0, 1], ["a", "a"]))  # one group
+  rng = np.random.default_rng(0)
+  labels = np.repeat([0, 1], 50)
+  # clients whose gates sit at different levels, with class effects inside the first
+  samples = [(0.3 + 0.2 * labels + 0.01 * rng.standard_normal(100), labels),
+             (0.7 + 0.01 * rng.standard_normal(100), labels)]
+  assert claims.gate_excess(samples, "clients") > 50
+  by_class = claims.gate_excess(samples, "classes")  # client 0: ~100, client 1: ~0
+  assert 40 < by_class < 60
+
+
+def test_gates_claim_reads_gates_json(tmp_path):
+  import json
+  from fedjax_het.sweeps import claims
+  rng = np.random.default_rng(1)
+  for seed in range(3):
+    workdir = tmp_path / "s" / "fedmoe" / "cell" / f"seed{seed}"
+    os.makedirs(workdir)
+    (workdir / "config.json").write_text(json.dumps({"algorithm": "fedmoe", "seed": seed}))
+    (workdir / "metrics.jsonl").write_text(json.dumps({"round": 5, "mean_test_acc": 0.5})
+                                           + "\n")
+    (workdir / "summary.json").write_text(json.dumps({"per_client_test_acc": [0.5] * 3}))
+    if seed < 2:  # seed 2 has no gates.json: not read
+      (workdir / "gates.json").write_text(json.dumps({"round": 5, "clients": [
+          {"alpha_global": (level + 0.01 * rng.standard_normal(20)).tolist(),
+           "label": [0, 1] * 10} for level in (0.2, 0.5, 0.8)]}))
+  group = claims.Group("s", "fedmoe", "cell")
+  claim = claims.Claim("P5", "differ", None, "cut", group, group, (5,),
+                       ("experiments/claims/table.py",), test="gates", measure="clients")
+  runs = claims.load_sweeps(str(tmp_path), [claim])
+  (r,) = claims.read(claim, runs)
+  assert len(r.diffs) == 2 and r.mean > 90 and r.verdict == "reproduced"
+  text = claims.render([claim], runs, page_path=str(tmp_path / "claims.md"),
+                       figures_dir=str(tmp_path / "figures"), results=str(tmp_path))
+  assert "| fedmoe, cut | 5 |" in text and "points above chance (n=2)" in text
+  assert os.path.exists(tmp_path / "figures" / "p5.png")
+  with pytest.raises(ValueError, match="measure='rounds'"):
+    claims.Claim("P5", "differ", None, "cut", group, group, (5,), (), test="gates",
+                 measure="rounds")

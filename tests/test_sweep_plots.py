@@ -395,6 +395,19 @@ def test_fedmoe_gate_figure_from_checkpoint(tiny_config, tmp_path):
   assert np.concatenate(weights).std() > 0
   path = plots.plot_gates(weights, "fedmoe", str(tmp_path / "gates.png"))
   assert _png_size(path) == (640, 480)
+  # with each sample's label: a client's labels are its test split's classes
+  samples = plots.gate_samples_by_client(str(tmp_path))
+  for k, (w, labels) in enumerate(samples):
+    np.testing.assert_array_equal(w, weights[k])
+    np.testing.assert_array_equal(np.bincount(labels, minlength=exp.class_counts.shape[-1]),
+                                  exp.class_counts[k, 1])
+  from fedjax_het.sweeps import claims  # noqa: PLC0415
+  from fedjax_het.sweeps.rundirs import RunData  # noqa: PLC0415
+  run = RunData("fedmoe", "fedmoe", "", 0, "fedmoe", str(tmp_path), ({"round": 3},), ())
+  claims.write_gates(run)  # what the claims ledger commits, read back
+  for (w, labels), (w2, labels2) in zip(samples, claims.read_gates(run)):
+    np.testing.assert_allclose(w2, w, atol=1e-5)
+    np.testing.assert_array_equal(labels2, labels)
   other = config_lib.override(exp.config, {"learning_rate": 0.5})
   metrics_lib.write_json(str(tmp_path / "config.json"), other.to_dict())
   with pytest.raises(ckpt_lib.ConfigMismatchError):  # the checkpoint of another config

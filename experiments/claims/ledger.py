@@ -17,6 +17,7 @@ ABOUT = ("Two cuts of the papers' protocol (docs/fidelity.md; CIFAR-10, CNN-1..5
          "N=100, C=10% (experiments/claims/protocol.py: 100 examples per client, E=5, "
          "B=64, T=100). The papers train 500 rounds on about 400-5000 examples per client.")
 CUT = "the N=10 cell"
+N100_CUT = "N=100, C=10%"
 
 
 def cell(method: str, long: bool = False) -> Group:
@@ -80,6 +81,20 @@ COSTS = [
     *to_target("M4 computation to target", "FedMRL Fig. 4: FedMRL spends less total "
                "computation than FedProto to reach the target", "fedmrl", "fedproto",
                "computation"),
+]
+
+GATES = [
+    Claim(f"P5 gates across {measure}, {where}", "pFedMoE Figs. 9-10 (N=100, C=10%, "
+          f"2/10): the gate's weights differ across {what}", None, ran, group, group,
+          (rounds,), (sweep,), test="gates", measure=measure)
+    for measure, what in (("clients", "clients"),
+                          ("classes", "classes within a client"))
+    for where, ran, group, rounds, sweep in (
+        (f"3T={3 * T_CELL}", f"{CUT}, final checkpoint", cell("fedmoe", True),
+         3 * T_CELL, "experiments/claims/table.py"),
+        ("N=100", f"{N100_CUT}, 2/10 classes, final checkpoint",
+         Group("claims/p1_classes", "fedmoe", "2 classes"), T,
+         "experiments/claims/p1_classes.py"))
 ]
 
 PER_CLIENT = [
@@ -183,15 +198,12 @@ BASELINES = [
     for name, setting in SWITCHES
 ]
 
-CLAIMS = HEADLINE + COSTS + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
+CLAIMS = HEADLINE + COSTS + GATES + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
 
 NOT_TESTED = [
     ("P1 trend", "accuracy falls as classes per client rise: to be read as the per-seed "
      "slope of FedMoE's accuracy against the class count over p1_classes and table's "
      "2/10 cell; the test is not built yet."),
-    ("P5 gate weights", "the gate's weights across clients and across classes within a "
-     "client need the final checkpoints of table's FedMoE runs (not committed): to be "
-     "summarised into a committed file when those runs finish."),
     ("S4 public set from another domain", "needs a public set the clients' task does not "
      "contain (held-out classes or synthetic images): not built yet."),
     ("S5 fidelity vs local accuracy", "needs Moss's per-type fidelity logged per round: "

@@ -30,7 +30,11 @@ and ``'target'`` (what A saves against B to first reach ``Claim.target`` mean te
 accuracy, in % of B's cost, per seed: rounds, communication = the parameters sent both
 ways until then, or computation = those rounds times the round's FLOPs from the sweep's
 ``costs.json``, as the papers count them; a seed in which either never reaches the
-target leaves the claim without a verdict).
+target leaves the claim without a verdict) and ``'gates'`` (FedMoE's gate weights on
+the test samples, from ``gates.json`` beside a run, ``write_gates``: how much more of
+their variance the clients explain (``measure='clients'``), or within each client its
+classes (``'classes'``), than chance would, in points; a one-sided claim that they
+differ).
 """
 from __future__ import annotations
 
@@ -45,8 +49,10 @@ from fedjax_het.sweeps import paired
 from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json
 
 VERDICTS = ("reproduced", "same direction, smaller", "not seen", "opposite", "differs")
-TESTS = ("paired", "clients", "target")
-MEASURES = ("rounds", "communication", "computation")  # of a 'target' claim
+TESTS = ("paired", "clients", "target", "gates")
+MEASURES = {"target": ("rounds", "communication", "computation"),
+            "gates": ("clients", "classes")}
+GATES_FILE = "gates.json"
 NOT_REACHED = "target not reached in every run"
 
 
@@ -82,7 +88,8 @@ class Claim:
     headline: the name shared by one comparison's rows at several budgets (the page
       says where their verdicts differ), or "".
     target: a ``'target'`` claim's accuracy (a fraction in (0, 1]).
-    measure: a ``'target'`` claim's cost, one of ``MEASURES``.
+    measure: a ``'target'`` claim's cost, or what a ``'gates'`` claim's weights differ
+      across (``MEASURES``).
   """
   id: str
   paper: str
@@ -96,7 +103,7 @@ class Claim:
   direction: int = 1
   headline: str = ""
   target: float | None = None
-  measure: str = "rounds"
+  measure: str = ""
 
   def __post_init__(self):
     if self.test not in TESTS:
@@ -105,9 +112,9 @@ class Claim:
       if self.target is None or not 0 < self.target <= 1:
         raise ValueError(f"claim {self.id}: a 'target' claim needs target in (0, 1]; "
                          f"got {self.target!r}")
-      if self.measure not in MEASURES:
-        raise ValueError(f"claim {self.id}: measure={self.measure!r} is not one of "
-                         f"{MEASURES}")
+    if self.test in MEASURES and self.measure not in MEASURES[self.test]:
+      raise ValueError(f"claim {self.id}: measure={self.measure!r} is not one of "
+                       f"{MEASURES[self.test]}")
     if not self.rounds:
       raise ValueError(f"claim {self.id}: no rounds to read")
 
@@ -225,8 +232,68 @@ def target_savings(claim: Claim, runs_by_sweep: dict) -> tuple[np.ndarray, int] 
   return np.array(out), int(a[seeds[0]].rows[-1]["round"])
 
 
+def excess_eta_squared(values: np.ndarray, groups: np.ndarray) -> float:
+  """The share of the variance of ``values`` that ``groups`` explain (eta squared),
+  minus its expectation when they explain nothing, (k - 1) / (n - 1), in points; nan
+  with fewer than two groups or no spread."""
+  values, groups = np.asarray(values, np.float64), np.asarray(groups)
+  kinds = np.unique(groups)
+  n, k = len(values), len(kinds)
+  total = float(((values - values.mean()) ** 2).sum())
+  if k < 2 or n <= k or total == 0.0:
+    return math.nan
+  between = sum(float((groups == g).sum()) * (values[groups == g].mean() - values.mean())
+                ** 2 for g in kinds)
+  return 100.0 * (between / total - (k - 1) / (n - 1))
+
+
+def gate_excess(samples: Sequence[tuple], measure: str) -> float:
+  """``excess_eta_squared`` of the gate weights ``[(alpha, labels)]`` (one per client)
+  by client (``'clients'``), or by class within each client, averaged over the clients
+  with two classes or more (``'classes'``)."""
+  if measure == "clients":
+    return excess_eta_squared(np.concatenate([a for a, _ in samples]),
+                              np.concatenate([np.full(len(a), k)
+                                              for k, (a, _) in enumerate(samples)]))
+  per_client = [excess_eta_squared(a, y) for a, y in samples]
+  per_client = [v for v in per_client if not math.isnan(v)]
+  return float(np.mean(per_client)) if per_client else math.nan
+
+
+def write_gates(run: RunData) -> str:
+  """``<workdir>/gates.json``: every client's ``(alpha_G, label)`` on its test samples,
+  from the run's final checkpoint (``plots.gate_samples_by_client``)."""
+  from fedjax_het.sweeps import plots  # noqa: PLC0415 - restores the checkpoint
+  from fedjax_het.training import metrics as metrics_lib  # noqa: PLC0415
+  samples = plots.gate_samples_by_client(run.workdir)
+  path = os.path.join(run.workdir, GATES_FILE)
+  metrics_lib.write_json(path, {
+      "round": int(run.rows[-1]["round"]),
+      "clients": [{"alpha_global": [round(float(v), 5) for v in a],
+                   "label": [int(v) for v in y]} for a, y in samples]})
+  return path
+
+
+def read_gates(run: RunData) -> list[tuple[np.ndarray, np.ndarray]] | None:
+  """``[(alpha_G, labels)]`` per client from ``gates.json``, or None when absent."""
+  path = os.path.join(run.workdir, GATES_FILE)
+  if not os.path.exists(path):
+    return None
+  return [(np.asarray(c["alpha_global"]), np.asarray(c["label"]))
+          for c in read_json(path)["clients"]]
+
+
 def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
   """The claim at each of its rounds the runs reached ([] when no pair finished)."""
+  if claim.test == "gates":
+    found = [(r, read_gates(r)) for r in group_runs(runs_by_sweep, claim.a)]
+    found = [(r, g) for r, g in found if g is not None]
+    if not found:
+      return []
+    diffs = np.array([gate_excess(g, claim.measure) for _, g in found])
+    mean, se = paired.mean_se(diffs)
+    return [Reading(int(found[0][0].rows[-1]["round"]), diffs, mean, se, None,
+                    _verdict(mean, se, claim))]
   if claim.test == "target":
     found = target_savings(claim, runs_by_sweep)
     if found is None:
@@ -284,6 +351,13 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, f"{plots.sweep_lib.slug(claim.id)}.png")
   title = f"{claim.id}: {claim.a.method} minus {claim.b.method}"
+  if claim.test == "gates":
+    found = [read_gates(r) for r in group_runs(runs_by_sweep, claim.a)]
+    found = [g for g in found if g is not None]
+    if not found:
+      return None
+    return plots.plot_gates([a for a, _ in found[0]], f"{claim.a.method}, "
+                            f"{claim.a.setting}, first seed", path)
   if claim.test == "target":
     a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
     if not a or not b:
@@ -307,7 +381,8 @@ def _cell(r: Reading, claim: Claim) -> str:
   if claim.test == "target" and r.verdict == NOT_REACHED:
     return f"{int(np.isnan(r.diffs).sum())} of {len(r.diffs)} seeds did not reach it"
   se = "" if math.isnan(r.se) else f" ± {r.se:.2f}"
-  unit = f"% of B's {claim.measure} saved" if claim.test == "target" else ""
+  unit = {"target": f"% of B's {claim.measure} saved",
+          "gates": " points above chance"}.get(claim.test, "")
   return f"{r.mean:+.2f}{se}{unit} (n={len(r.diffs)})"
 
 
@@ -362,7 +437,8 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
     fig = figure_for(c, runs_by_sweep, figures_dir) if readings else None
     name = f"[{c.id}](#{plots_anchor(c.id)})" if fig else c.id
     paper = c.paper + ("" if c.paper_points is None else f" ({c.paper_points:+.2f})")
-    what = f"{c.a.method} − {c.b.method}, {c.ran}"
+    what = (f"{c.a.method}, {c.ran}" if c.test == "gates"
+            else f"{c.a.method} − {c.b.method}, {c.ran}")
     if not readings:
       lines.append(f"| {c.id} | {paper} | {what} | – | runs not finished | – | pending |")
       continue
@@ -376,7 +452,8 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
             "partition), ± its standard error; `clients`: the share of clients on which A "
             "beats B at the final round, minus 50%; `to target`: what A saves, in % of "
             "B's cost, to first reach the target accuracy (the round shown is the runs' "
-            "last). Going: the slope of the per-round "
+            "last); `gates`: the share of the gate weights' variance that the clients "
+            "(or a client's classes) explain, minus the share chance would. Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
             "errors.", ""]
   if notes:

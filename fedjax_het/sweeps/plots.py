@@ -307,7 +307,12 @@ def paired_figures(setting: str, runs: Sequence[RunData], baseline: str,
 
 
 def gate_weights_by_client(workdir: str) -> list[np.ndarray]:
-  """alpha_G of every test sample of every client, from the run's final checkpoint.
+  """alpha_G of every test sample of every client, from the run's final checkpoint."""
+  return [w for w, _ in gate_samples_by_client(workdir)]
+
+
+def gate_samples_by_client(workdir: str) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Per client, ``(alpha_G, label)`` of every test sample, from the final checkpoint.
 
   Rebuilds the experiment from ``config.json`` (the data must be where the run read it,
   with as many devices), restores the newest checkpoint and runs
@@ -336,10 +341,10 @@ def gate_weights_by_client(workdir: str) -> list[np.ndarray]:
                                     gating_hidden=exp.config.algo.gating_hidden,
                                     global_arch=exp.config.algo.global_arch)
   out = [None] * exp.runtime.layout.num_clients
-  for ids, (w, _, mask) in zip(exp.runtime.layout.client_ids, groups):
-    w, mask = np.asarray(w), np.asarray(mask)
-    for pos, client in enumerate(ids):
-      out[client] = w[pos, mask[pos], 0]  # index 0: the global expert G
+  for ids, (w, labels, mask) in zip(exp.runtime.layout.client_ids, groups):
+    w, labels, mask = np.asarray(w), np.asarray(labels), np.asarray(mask)
+    for pos, client in enumerate(ids):  # weight index 0: the global expert G
+      out[client] = (w[pos, mask[pos], 0], labels[pos, mask[pos]])
   return out
 
 
