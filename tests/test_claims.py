@@ -288,3 +288,40 @@ def test_gates_claim_reads_gates_json(tmp_path):
   with pytest.raises(ValueError, match="measure='rounds'"):
     claims.Claim("P5", "differ", None, "cut", group, group, (5,), (), test="gates",
                  measure="rounds")
+
+
+def test_spearman_with_ties_by_hand():
+  from fedjax_het.sweeps import claims
+  np.testing.assert_array_equal(claims.ranks([0.3, 0.1, 0.3, 0.2]), [3.5, 1, 3.5, 2])
+  assert claims.spearman([1, 2, 3], [10, 20, 40]) == pytest.approx(1.0)
+  assert claims.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+  # x ranks (1.5, 1.5, 3), y ranks (1, 2, 3): centred (-.5, -.5, 1), (-1, 0, 1)
+  assert claims.spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(1.5 * 2))
+  assert np.isnan(claims.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_fidelity_claim_maps_types_to_clients(tmp_path):
+  """Clients of 'tiny,cnn5' alternate types: the fidelity of group g goes to its clients."""
+  import json
+  from fedjax_het.sweeps import claims
+  accs = {0: [0.9, 0.5, 0.8, 0.4], 1: [0.5, 0.9, 0.4, 0.8]}  # seed 1: the other way
+  for seed, acc in accs.items():
+    workdir = tmp_path / "s" / "moss" / "cell" / f"seed{seed}"
+    os.makedirs(workdir)
+    (workdir / "config.json").write_text(json.dumps(
+        {"algorithm": "moss", "seed": seed, "models": "tiny,cnn5", "num_clients": 4}))
+    rows = [{"round": 1, "mean_test_acc": 0.5, "fidelity": [0.1, 0.2]},
+            {"round": 2, "mean_test_acc": 0.6, "fidelity": [0.9, 0.3]}]
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (workdir / "summary.json").write_text(json.dumps({"per_client_test_acc": acc}))
+  group = claims.Group("s", "moss", "cell")
+  claim = claims.Claim("S5", "tracks", None, "cut", group, group, (2,),
+                       ("experiments/claims/table.py",), test="fidelity")
+  runs = claims.load_sweeps(str(tmp_path), [claim])
+  fid, acc = claims.client_fidelity(claims.group_runs(runs, group)[0])
+  np.testing.assert_array_equal(fid, [0.9, 0.3, 0.9, 0.3])  # the last round's
+  (r,) = claims.read(claim, runs)
+  # fidelity ranks (3.5, 1.5, 3.5, 1.5); seed 0's accuracies agree, seed 1's disagree
+  rho = 4 / np.sqrt(4 * 5)  # centred ranks (1, -1, 1, -1) and (1.5, -.5, .5, -1.5)
+  np.testing.assert_allclose(r.diffs, [rho, -rho])
+  assert r.verdict == "not seen"

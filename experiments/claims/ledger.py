@@ -97,6 +97,20 @@ GATES = [
          "experiments/claims/p1_classes.py"))
 ]
 
+FIDELITY = [
+    Claim(f"S5 fidelity vs accuracy, {where}", "Moss (fidelity analysis): a type's FILE "
+          "fidelity tracks its clients' local accuracy", None, ran, group, group,
+          (rounds,), (sweep,), test="fidelity")
+    for where, ran, group, rounds, sweep in (
+        (f"T={T_CELL}", f"{CUT}, final round", cell("moss"), T_CELL,
+         "experiments/sweeps/paper_cpu.py"),
+        (f"3T={3 * T_CELL}", f"{CUT}, final round", cell("moss", True), 3 * T_CELL,
+         "experiments/claims/table.py"),
+        ("N=100", f"{N100_CUT}, final round",
+         Group("claims/moss_ablations", "moss", "FILE + WIRE"), T,
+         "experiments/claims/moss_ablations.py"))
+]
+
 PER_CLIENT = [
     Claim("P6 clients above FedProto",
           "pFedMoE Fig. 4: FedMoE beats FedProto on 76% of clients (CIFAR-10, N=100): "
@@ -198,7 +212,7 @@ BASELINES = [
     for name, setting in SWITCHES
 ]
 
-CLAIMS = HEADLINE + COSTS + GATES + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
+CLAIMS = HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
 
 NOT_TESTED = [
     ("P1 trend", "accuracy falls as classes per client rise: to be read as the per-seed "
@@ -206,6 +220,4 @@ NOT_TESTED = [
      "2/10 cell; the test is not built yet."),
     ("S4 public set from another domain", "needs a public set the clients' task does not "
      "contain (held-out classes or synthetic images): not built yet."),
-    ("S5 fidelity vs local accuracy", "needs Moss's per-type fidelity logged per round: "
-     "not logged yet."),
 ]

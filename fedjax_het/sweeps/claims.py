@@ -34,7 +34,9 @@ target leaves the claim without a verdict) and ``'gates'`` (FedMoE's gate weight
 the test samples, from ``gates.json`` beside a run, ``write_gates``: how much more of
 their variance the clients explain (``measure='clients'``), or within each client its
 classes (``'classes'``), than chance would, in points; a one-sided claim that they
-differ).
+differ) and ``'fidelity'`` (Moss: the Spearman rank correlation, per seed, between
+each client's final test accuracy and the FILE fidelity of its device type at the
+final round, ``fidelity_correlation``).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from fedjax_het.sweeps import paired
 from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json
 
 VERDICTS = ("reproduced", "same direction, smaller", "not seen", "opposite", "differs")
-TESTS = ("paired", "clients", "target", "gates")
+TESTS = ("paired", "clients", "target", "gates", "fidelity")
 MEASURES = {"target": ("rounds", "communication", "computation"),
             "gates": ("clients", "classes")}
 GATES_FILE = "gates.json"
@@ -283,8 +285,59 @@ def read_gates(run: RunData) -> list[tuple[np.ndarray, np.ndarray]] | None:
           for c in read_json(path)["clients"]]
 
 
+def ranks(x: Sequence[float]) -> np.ndarray:
+  """Ranks 1..n of ``x``, ties sharing their average rank."""
+  x = np.asarray(x, np.float64)
+  order = np.argsort(x, kind="stable")
+  r = np.empty(len(x))
+  r[order] = np.arange(1, len(x) + 1)
+  for v in np.unique(x):
+    r[x == v] = r[x == v].mean()
+  return r
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+  """Spearman's rank correlation (Pearson's of the tie-averaged ranks); nan when either
+  is constant."""
+  rx, ry = ranks(x), ranks(y)
+  rx, ry = rx - rx.mean(), ry - ry.mean()
+  denom = math.sqrt(float((rx ** 2).sum() * (ry ** 2).sum()))
+  return float((rx * ry).sum() / denom) if denom else math.nan
+
+
+def client_fidelity(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+  """Per client, the FILE fidelity of its device type at the run's last logged round
+  (``metrics.jsonl``'s ``fidelity``, one per architecture group) and its final test
+  accuracy (``summary.json``)."""
+  from fedjax_het.data import federated  # noqa: PLC0415
+  from fedjax_het.models import registry  # noqa: PLC0415
+  config = read_json(os.path.join(run.workdir, "config.json"))
+  _, client_ids = federated.group_clients(
+      registry.client_archs(config["models"], config["num_clients"]))
+  logged = [r["fidelity"] for r in run.rows if r.get("fidelity") is not None]
+  if not logged:
+    raise ValueError(f"{run.workdir}: no fidelity in metrics.jsonl (not a Moss run?)")
+  fid = np.zeros(config["num_clients"])
+  for g, ids in enumerate(client_ids):
+    fid[list(ids)] = logged[-1][g]
+  return fid, np.asarray(run.per_client, np.float64)
+
+
+def fidelity_correlation(run: RunData) -> float:
+  """Spearman's rank correlation between clients' fidelity and accuracy (above)."""
+  return spearman(*client_fidelity(run))
+
+
 def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
   """The claim at each of its rounds the runs reached ([] when no pair finished)."""
+  if claim.test == "fidelity":
+    found = group_runs(runs_by_sweep, claim.a)
+    if not found:
+      return []
+    diffs = np.array([fidelity_correlation(r) for r in found])
+    mean, se = paired.mean_se(diffs)
+    return [Reading(int(found[0].rows[-1]["round"]), diffs, mean, se, None,
+                    _verdict(mean, se, claim))]
   if claim.test == "gates":
     found = [(r, read_gates(r)) for r in group_runs(runs_by_sweep, claim.a)]
     found = [(r, g) for r, g in found if g is not None]
@@ -350,7 +403,16 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   from fedjax_het.sweeps import plots  # noqa: PLC0415 - matplotlib only for the page
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, f"{plots.sweep_lib.slug(claim.id)}.png")
-  title = f"{claim.id}: {claim.a.method} minus {claim.b.method}"
+  title = (f"{claim.id}: {claim.a.method}" if claim.test in ("gates", "fidelity")
+           else f"{claim.id}: {claim.a.method} minus {claim.b.method}")
+  if claim.test == "fidelity":
+    found = group_runs(runs_by_sweep, claim.a)
+    if not found:
+      return None
+    return plots.plot_scatter([client_fidelity(r) for r in found],
+                              [f"seed {r.seed}" for r in found],
+                              "FILE fidelity of the client's type (final round)",
+                              "client's final test accuracy", title, path)
   if claim.test == "gates":
     found = [read_gates(r) for r in group_runs(runs_by_sweep, claim.a)]
     found = [g for g in found if g is not None]
@@ -382,7 +444,7 @@ def _cell(r: Reading, claim: Claim) -> str:
     return f"{int(np.isnan(r.diffs).sum())} of {len(r.diffs)} seeds did not reach it"
   se = "" if math.isnan(r.se) else f" ± {r.se:.2f}"
   unit = {"target": f"% of B's {claim.measure} saved",
-          "gates": " points above chance"}.get(claim.test, "")
+          "gates": " points above chance", "fidelity": " (Spearman)"}.get(claim.test, "")
   return f"{r.mean:+.2f}{se}{unit} (n={len(r.diffs)})"
 
 
@@ -437,7 +499,7 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
     fig = figure_for(c, runs_by_sweep, figures_dir) if readings else None
     name = f"[{c.id}](#{plots_anchor(c.id)})" if fig else c.id
     paper = c.paper + ("" if c.paper_points is None else f" ({c.paper_points:+.2f})")
-    what = (f"{c.a.method}, {c.ran}" if c.test == "gates"
+    what = (f"{c.a.method}, {c.ran}" if c.test in ("gates", "fidelity")
             else f"{c.a.method} − {c.b.method}, {c.ran}")
     if not readings:
       lines.append(f"| {c.id} | {paper} | {what} | – | runs not finished | – | pending |")
@@ -453,7 +515,9 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
             "beats B at the final round, minus 50%; `to target`: what A saves, in % of "
             "B's cost, to first reach the target accuracy (the round shown is the runs' "
             "last); `gates`: the share of the gate weights' variance that the clients "
-            "(or a client's classes) explain, minus the share chance would. Going: the slope of the per-round "
+            "(or a client's classes) explain, minus the share chance would; "
+            "`fidelity`: Spearman's correlation of clients' accuracy with their type's "
+            "fidelity. Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
             "errors.", ""]
   if notes:

@@ -211,6 +211,19 @@ def plot_target(costs: dict, target: float, setting: str, path: str) -> str:
   return save(fig, path)
 
 
+def plot_scatter(points: Sequence[tuple[np.ndarray, np.ndarray]], labels: Sequence[str],
+                 xlabel: str, ylabel: str, title: str, path: str) -> str:
+  """One scatter of ``(x, y)`` per label (a seed), in one axes."""
+  fig = new_figure()
+  ax = fig.add_subplot()
+  for (x, y), label in zip(points, labels):
+    ax.scatter(x, y, s=18, alpha=0.8, label=label)
+  ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize="small")
+  return save(fig, path)
+
+
 def plot_gates(weights: Sequence[np.ndarray], name: str, path: str) -> str:
   """Per-client histogram of alpha_G (columns), with each client's mean as a dot."""
   fig = new_figure()
