@@ -155,3 +155,40 @@ def test_moss_without_a_held_out_public_set_is_refused_before_data(tiny_config):
   with pytest.raises(ValueError, match=r"algo.public_size=500"):
     config_lib.validate(tiny_config("moss", "tiny", {"data.public": 100}))
   config_lib.validate(tiny_config("moss", "tiny", {"data.public": 500}))
+
+
+def test_synthetic_images_are_fixed_smooth_colour_fields():
+  key = jax.random.PRNGKey(3)
+  x = moss_lib.synthetic_images(key, 8, (32, 32, 3))
+  chex.assert_shape(x, (8, 32, 32, 3))
+  assert x.dtype == jnp.uint8
+  np.testing.assert_array_equal(x, moss_lib.synthetic_images(key, 8, (32, 32, 3)))
+  assert not np.array_equal(x, moss_lib.synthetic_images(jax.random.PRNGKey(4), 8,
+                                                         (32, 32, 3)))
+  f = np.asarray(x, np.float32)
+  neighbour = np.abs(np.diff(f, axis=2)).mean()  # pixel to pixel: the noise, small
+  spread = f.std(axis=(1, 2)).mean()  # across an image: the colour field, large
+  assert neighbour < 15 and spread > 30, (neighbour, spread)
+
+
+def test_synthetic_public_domain_needs_no_held_out_images(tiny_config, two_tiny_archs):
+  from fedjax_het import config as config_lib
+  from fedjax_het.models.preprocess import normalize
+  c = tiny_config("moss", models="tiny,tiny2", overrides={
+      "algo.public_domain": "synthetic", "algo.public_size": 16,
+      "algo.public_batch": 8, "algo.wire_steps": 1, "algo.wire_layers": "conv2,rep"})
+  config_lib.validate(c)  # data.public = 0: no image of the dataset is public
+  exp = loop.prepare(c)
+  rng = jax.random.PRNGKey(5)
+  public = exp.algorithm.protocol.server_data(exp.data, rng)
+  expected = normalize(moss_lib.synthetic_images(
+      jax.random.fold_in(rng, moss_lib.PUBLIC_SEED), 16, (32, 32, 3)),
+      exp.runtime.normalization)
+  np.testing.assert_allclose(public, expected, rtol=1e-6)
+  init, *_ = loop.compile_fns(exp)
+  state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
+  assert float(m["public_overlap"]) == 0.0 and np.isfinite(float(m["train_loss"]))
+  assert np.all(np.isfinite(np.asarray(m["fidelity"])))
+  with pytest.raises(ValueError, match="public_domain"):
+    config_lib.validate(tiny_config("moss", "tiny", {"algo.public_domain": "imagenet",
+                                                     "data.public": 500}))

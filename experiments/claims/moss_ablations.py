@@ -1,7 +1,8 @@
 r"""Moss S1-S3: fidelity-guided aggregation (FILE) against plain averaging of the proxies
 (``algo.aggregation='uniform'``, Sec. 4.8.3), the weight mapping WIRE against its
-ablation (``algo.mapping='naive'``), and a public set of 25% of the ledger's 200
-examples. The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
+ablation (``algo.mapping='naive'``), a public set of 25% of the ledger's 200
+examples (S3) and one from another domain (S4: ``algo.public_domain='synthetic'``, smooth
+random colour fields). The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/moss_ablations.py \
       --sweep_dir=results/claims/moss_ablations --seed_batch=3 --budget_min=45
@@ -19,5 +20,6 @@ def get_config(arg=None):
       ["moss"],
       {"FILE + WIRE": {}, "uniform": {"algo.aggregation": "uniform"},
        "naive mapping": {"algo.mapping": "naive"},
-       "public 25%": {"algo.public_size": 50}},
+       "public 25%": {"algo.public_size": 50},
+       "synthetic public": {"algo.public_domain": "synthetic"}},
       arg=arg)

@@ -25,7 +25,9 @@ per-type weighted mean (a type without any upload keeps its model), WIRE up, FIL
 WIRE down on its public images (``Protocol.server_data``).
 
 Ablations: ``aggregation='uniform'`` (a_g = 1/G), ``mapping='naive'`` (HeteroFL-style
-slice copy instead of WIRE).
+slice copy instead of WIRE), ``public_domain='synthetic'`` (the public set from another
+domain: smooth random colour fields, ``synthetic_images``, instead of held-out images of
+the clients' dataset; the paper's Sec. 4.9.1 claim that an unrelated set still works).
 
 Types have different architectures, so WIRE runs in a Python loop over types inside the
 traced round (one compiled program, no vmap over types); its steps are a ``lax.scan``.
@@ -48,6 +50,7 @@ from fedjax_het.models.preprocess import normalize
 
 AGGREGATIONS = ("file", "uniform")
 MAPPINGS = ("wire", "naive")
+PUBLIC_DOMAINS = ("held_out", "synthetic")
 PUBLIC_SEED = 0x5EED  # the public set is fixed: fold_in(rng, PUBLIC_SEED), every round
 
 
@@ -81,6 +84,20 @@ def public_indices(data, key: jax.Array, size: int) -> tuple[jax.Array, jax.Arra
   return order, jnp.mean(used[order].astype(jnp.float32))
 
 
+def synthetic_images(key: jax.Array, size: int, image_shape: tuple[int, ...],
+                     cells: int = 4) -> jax.Array:
+  """``size`` uint8 images [size, H, W, C] of another domain than any dataset's: uniform
+  random colours on a ``cells`` x ``cells`` grid, bilinearly upsampled to H x W, plus
+  pixel noise of standard deviation 8 (smooth colour fields with texture)."""
+  h, w, c = image_shape
+  coarse_key, noise_key = jax.random.split(key)
+  coarse = jax.random.uniform(coarse_key, (size, cells, cells, c), minval=0.0,
+                              maxval=255.0)
+  smooth = jax.image.resize(coarse, (size, h, w, c), "bilinear")
+  noisy = smooth + 8.0 * jax.random.normal(noise_key, (size, h, w, c))
+  return jnp.clip(jnp.round(noisy), 0, 255).astype(jnp.uint8)
+
+
 def uplink(params):
   """What a Moss client sends: its trained device-model weights, nothing else."""
   return params
@@ -100,7 +117,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
          proxy_arch: str = "auto", aggregation: str = "file", mapping: str = "wire",
          public_size: int = 500, public_batch: int = 50, wire_steps: int = 10,
          wire_lr: float = 0.01, meta_lr: float = 1e-3, beta: float = 0.5,
-         wire_layers: str = "conv1,conv2,rep") -> base.Algorithm:
+         wire_layers: str = "conv1,conv2,rep",
+         public_domain: str = "held_out") -> base.Algorithm:
   """Builds Moss.
 
   Args:
@@ -115,6 +133,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     wire_steps: WIRE steps per type, direction and round.
     wire_lr, meta_lr, beta: WIRE's SGD step, T_L/T_D Adam step, weight of L_wfm.
     wire_layers: comma-separated feature names matched by WIRE.
+    public_domain: 'held_out' (``public_size`` images of the clients' dataset that no
+      client holds) or 'synthetic' (``public_size`` ``synthetic_images``).
 
   Returns:
     ``Algorithm``; see docs/moss.md for ``state.server``; ``state.clients[g]`` counts the
@@ -124,6 +144,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     raise ValueError(f"algo.aggregation={aggregation!r}; valid: {AGGREGATIONS}")
   if mapping not in MAPPINGS:
     raise ValueError(f"algo.mapping={mapping!r}; valid: {MAPPINGS}")
+  if public_domain not in PUBLIC_DOMAINS:
+    raise ValueError(f"algo.public_domain={public_domain!r}; valid: {PUBLIC_DOMAINS}")
   for k, v in dict(public_size=public_size, public_batch=public_batch,
                    wire_steps=wire_steps).items():
     if not isinstance(v, int) or v < 1:
@@ -212,12 +234,16 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                  "wire_loss": jnp.mean(jnp.stack(up_losses + down_losses))}
 
   def public_set(data, rng):
-    """The public set's pool indices int32 [size] and the fraction held by clients."""
-    return public_indices(data, jax.random.fold_in(rng, PUBLIC_SEED),
-                          min(public_size, data.y.shape[0]))
-
-  def public_images(data, idx):
-    return normalize(data.x[idx], rt.normalization).astype(rt.compute_dtype)
+    """The public images (normalized) and the fraction of them some client holds; the
+    same every round (``fold_in(rng, PUBLIC_SEED)``)."""
+    key = jax.random.fold_in(rng, PUBLIC_SEED)
+    if public_domain == "synthetic":
+      images = synthetic_images(key, public_size, layout.image_shape)
+      overlap = jnp.zeros((), jnp.float32)
+    else:
+      idx, overlap = public_indices(data, key, min(public_size, data.y.shape[0]))
+      images = data.x[idx]
+    return normalize(images, rt.normalization).astype(rt.compute_dtype), overlap
 
   def predict(g, rounds_taken, w_g):
     del rounds_taken  # the deployed type model
@@ -226,14 +252,13 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = base.Protocol(
       fedavg.count_rounds, init_server, lambda server, g: server["types"][g],
       fedavg.local_update(rt, nets, opt), server_aggregate, predict,
-      server_data=lambda data, rng: public_images(data, public_set(data, rng)[0]),
+      server_data=lambda data, rng: public_set(data, rng)[0],
       trained_payload=base.own_upload)
 
   def round_fn(state, data):
     results = base.train_protocol_groups(rt, proto, state, data)
-    pub_idx, overlap = public_set(data, state.rng)  # fixed across rounds
-    server, moss_metrics = base.aggregate_groups(proto, state, results,
-                                                 public_images(data, pub_idx))
+    public_x, overlap = public_set(data, state.rng)  # fixed across rounds
+    server, moss_metrics = base.aggregate_groups(proto, state, results, public_x)
     sizes = [base.count_params(t) for t in state.server["types"]]
     sampled = [rt.expected_sampled(g) for g in range(G)]
     per_client = float(np.dot(sizes, sampled) / sum(sampled))
@@ -262,6 +287,8 @@ def check_public(config) -> None:
   Without it the public images would be drawn from the clients' own (test) examples.
   """
   size = config.algo.get("public_size", SPEC.hparams["public_size"])
+  if config.algo.get("public_domain", "held_out") == "synthetic":
+    return  # no image of the dataset is public
   if config.data.public < size:
     raise ValueError(
         f"config.data.public={config.data.public} is invalid: Moss needs a public set no "
@@ -273,7 +300,8 @@ SPEC = base.Spec(
     lambda c, rt: moss(rt, **base.sgd_args(c), **c.algo),
     dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
          public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
-         wire_layers="conv1,conv2,rep"),
+         wire_layers="conv1,conv2,rep", public_domain="held_out"),
     choices=dict(proxy_arch=models.ArchitectureChoices(extra=("auto",)),
-                 aggregation=AGGREGATIONS, mapping=MAPPINGS),
+                 aggregation=AGGREGATIONS, mapping=MAPPINGS,
+                 public_domain=PUBLIC_DOMAINS),
     check=lambda c: check_public(c))
