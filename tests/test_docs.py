@@ -128,3 +128,20 @@ def test_docs_are_reference_not_a_log(path):
     text = f.read()
   found = re.findall(r".{0,40}\b(?:issues?|sessions?)\b.{0,40}", text, re.I)
   assert not found, found
+
+
+SWEEP_FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "sweeps", "*.py"))
+                     + [p for p in glob.glob(os.path.join(ROOT, "experiments", "claims",
+                                                          "*.py"))
+                        if os.path.basename(p) not in ("protocol.py", "ledger.py")])
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=os.path.basename)
+def test_a_sweep_file_says_what_it_is_in_about_ten_lines(path):
+  """What the sweep is and how it is cut; the long explanations are in
+  docs/results_howto.md."""
+  import ast
+  with open(path) as f:
+    doc = ast.get_docstring(ast.parse(f.read()))
+  assert doc and len(doc.splitlines()) <= 12, (path, len((doc or "").splitlines()))
+  assert "experiments/sweep.py --sweep=" in doc  # and the command that runs it
