@@ -328,42 +328,33 @@ def fidelity_correlation(run: RunData) -> float:
   return spearman(*client_fidelity(run))
 
 
+def per_seed(claim: Claim, runs_by_sweep: dict) -> tuple[np.ndarray, int] | None:
+  """A one-reading claim's per-seed values and the runs' last round (None: no runs)."""
+  if claim.test in ("clients", "target"):
+    return (client_shares if claim.test == "clients" else target_savings)(claim,
+                                                                          runs_by_sweep)
+  runs = group_runs(runs_by_sweep, claim.a)
+  if claim.test == "gates":
+    found = [(r, read_gates(r)) for r in runs]
+    found = [(r, g) for r, g in found if g is not None]
+    values = [gate_excess(g, claim.measure) for _, g in found]
+    runs = [r for r, _ in found]
+  else:  # fidelity
+    values = [fidelity_correlation(r) for r in runs]
+  return (np.array(values), int(runs[0].rows[-1]["round"])) if runs else None
+
+
 def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
   """The claim at each of its rounds the runs reached ([] when no pair finished)."""
-  if claim.test == "fidelity":
-    found = group_runs(runs_by_sweep, claim.a)
-    if not found:
-      return []
-    diffs = np.array([fidelity_correlation(r) for r in found])
-    mean, se = paired.mean_se(diffs)
-    return [Reading(int(found[0].rows[-1]["round"]), diffs, mean, se, None,
-                    _verdict(mean, se, claim))]
-  if claim.test == "gates":
-    found = [(r, read_gates(r)) for r in group_runs(runs_by_sweep, claim.a)]
-    found = [(r, g) for r, g in found if g is not None]
-    if not found:
-      return []
-    diffs = np.array([gate_excess(g, claim.measure) for _, g in found])
-    mean, se = paired.mean_se(diffs)
-    return [Reading(int(found[0][0].rows[-1]["round"]), diffs, mean, se, None,
-                    _verdict(mean, se, claim))]
-  if claim.test == "target":
-    found = target_savings(claim, runs_by_sweep)
+  if claim.test != "paired":
+    found = per_seed(claim, runs_by_sweep)
     if found is None:
       return []
     diffs, last = found
-    if np.isnan(diffs).any():
+    if claim.test == "target" and np.isnan(diffs).any():
       return [Reading(last, diffs, math.nan, math.nan, None, NOT_REACHED)]
     mean, se = paired.mean_se(diffs)
     return [Reading(last, diffs, mean, se, None, _verdict(mean, se, claim))]
-  if claim.test == "clients":
-    found = client_shares(claim, runs_by_sweep)
-    if found is None:
-      return []
-    diffs, last = found
-    mean, se = paired.mean_se(diffs)
-    return [Reading(last, diffs, mean, se, None,
-                    _verdict(mean, se, claim))]
   c = round_comparison(claim, runs_by_sweep)
   if c is None:
     return []
