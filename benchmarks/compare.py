@@ -8,7 +8,7 @@ images already on the device.
 
 Implementations (rows of the table):
 
-- ``ours-auto``: ``loop.compile_fns``' ``run_rounds`` with ``client_parallelism='auto'``
+- ``ours-auto``: ``program.compile_fns``' ``run_rounds`` with ``client_parallelism='auto'``
   (vmap on accelerators, a ``lax.map`` over clients on CPU); the label shows what auto
   chose, and when that equals another requested row the program is timed once.
 - ``ours-vmap`` / ``ours-sequential``: the same with the parallelism forced.
@@ -51,10 +51,19 @@ import round_time  # noqa: E402
 
 from fedjax_het import clients as cl  # noqa: E402
 from fedjax_het import config as config_lib  # noqa: E402
+from fedjax_het import config_files  # noqa: E402
 from fedjax_het import models  # noqa: E402
-from fedjax_het.algorithms import base, fedmoe, fedmrl  # noqa: E402
-from fedjax_het.algorithms.standalone import classifier_loss, init_models  # noqa: E402
+from fedjax_het import validation  # noqa: E402
+from fedjax_het.algorithms import base  # noqa: E402
+from fedjax_het.algorithms import fedmoe  # noqa: E402
+from fedjax_het.algorithms import fedmrl  # noqa: E402
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM  # noqa: E402
+from fedjax_het.algorithms.shared import classifier_loss  # noqa: E402
+from fedjax_het.algorithms.shared import init_models  # noqa: E402
+from fedjax_het.training import experiment  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
+from fedjax_het.training import program  # noqa: E402
+from fedjax_het.training import runfiles  # noqa: E402
 
 ALGORITHMS = ("fedavg", "fedmrl", "fedmoe")
 IMPLS = ("ours-auto", "ours-vmap", "ours-sequential", "jit-per-client", "jit-per-step",
@@ -138,16 +147,16 @@ def train_flops_per_example(algorithm: str, *, arch: str = "cnn1", d1: int = 100
   input gradient of each extractor's first convolution, which nobody computes.
   Elementwise work (ReLU, pooling, normalization, softmax, SGD update) is not counted.
   """
-  big, big_first = extractor_macs(arch, fedmrl.LOCAL_REP_DIM)
-  header = fedmrl.LOCAL_REP_DIM * num_classes
+  big, big_first = extractor_macs(arch, LOCAL_REP_DIM)
+  header = LOCAL_REP_DIM * num_classes
   if algorithm == "fedavg":
     macs, first = big + header, big_first
   elif algorithm == "fedmrl":
     small, small_first = extractor_macs(small_arch, d1)
-    proj = (d1 + fedmrl.LOCAL_REP_DIM) * fedmrl.LOCAL_REP_DIM
+    proj = (d1 + LOCAL_REP_DIM) * LOCAL_REP_DIM
     macs, first = big + small + proj + d1 * num_classes + header, big_first + small_first
   elif algorithm == "fedmoe":
-    expert, expert_first = extractor_macs(small_arch, fedmoe.LOCAL_REP_DIM)
+    expert, expert_first = extractor_macs(small_arch, LOCAL_REP_DIM)
     gate = 32 * 32 * 3 * gating_hidden + gating_hidden * 2
     macs, first = big + expert + header + gate, big_first + expert_first
   else:
@@ -174,10 +183,11 @@ class ClientProblem(NamedTuple):
 
 
 def client_problem(exp) -> ClientProblem:
-  """The ``ClientProblem`` of ``exp``'s algorithm; it mirrors the algorithm's module.
+  """The ``ClientProblem`` of ``exp``'s algorithm, with the algorithm module's own loss.
 
-  FedAvg: ``fedavg.round_fn``'s ``client_fn``; FedMRL: ``fedmrl.fedmrl``'s ``loss_fn``
-  and ``client_fn``; FedMoE: ``fedmoe.fedmoe``'s.
+  FedAvg: ``shared.classifier_loss`` (``shared.local_update``'s); FedMRL:
+  ``fedmrl.loss_fn`` (Eq. 3); FedMoE: ``fedmoe.loss_fn``. Download and upload mirror
+  each module's ``client_update``.
   """
   c, rt = exp.config, exp.runtime
   name, archs, classes = c.algorithm, rt.layout.archs, rt.layout.num_classes
@@ -191,16 +201,8 @@ def client_problem(exp) -> ClientProblem:
     opt = base.sgd(c.learning_rate, c.momentum)
     nets = [fedmrl.FedMRLNets(arch, small_arch=a.small_arch, d1=a.d1, num_classes=classes,
                               use_mrl=a.use_mrl, dtype=rt.compute_dtype) for arch in archs]
-
-    def mrl_loss(net):
-      def fn(params, model_state, batch, rng):
-        small, large = net.heads(params, net.fused(params, batch.x))
-        return (a.m_lc * cl.cross_entropy(small, batch.y, batch.mask)
-                + a.m_hf * cl.cross_entropy(large, batch.y, batch.mask)), model_state
-      return fn
-
     return ClientProblem(
-        tuple(mrl_loss(n) for n in nets), opt,
+        tuple(fedmrl.loss_fn(n, m_lc=a.m_lc, m_hf=a.m_hf) for n in nets), opt,
         lambda cs, s: (dict(cs.params, **{"global": s}), None, cs.opt_state),
         lambda cs, p, ms, os: (base.ClientState(p, None, os), fedmrl.uplink(p)))
   if name == "fedmoe":
@@ -208,16 +210,8 @@ def client_problem(exp) -> ClientProblem:
     opt = fedmoe.optimizer(c.learning_rate, a.gating_learning_rate, c.momentum)
     nets = [fedmoe.FedMoENets(arch, global_arch=a.global_arch, gating_hidden=a.gating_hidden,
                               num_classes=classes, dtype=rt.compute_dtype) for arch in archs]
-
-    def moe_loss(net):
-      def fn(params, model_state, batch, rng):
-        logits, model_state = net.logits(params, model_state, batch.x, train=True,
-                                         mask=batch.mask)
-        return cl.cross_entropy(logits, batch.y, batch.mask), model_state
-      return fn
-
     return ClientProblem(
-        tuple(moe_loss(n) for n in nets), opt,
+        tuple(fedmoe.loss_fn(n) for n in nets), opt,
         lambda cs, s: (dict(cs.params, global_ex=s), cs.model_state, cs.opt_state),
         lambda cs, p, ms, os: (base.ClientState(p, ms, os), fedmoe.uplink(p)))
   raise ValueError(f"no per-client loop for algorithm {name!r}; valid: {ALGORITHMS}")
@@ -412,17 +406,21 @@ def compare(settings, algorithms, impls, *, arch: str = "cnn1", dtype: str = "fl
   return rows
 
 
+def markdown(head, body) -> str:
+  """A GitHub-markdown table, columns padded to their widest cell (strings)."""
+  widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+  line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
+  sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+  return "\n".join([line(head), sep] + [line(b) for b in body])
+
+
 def format_table(rows: list[Row]) -> str:
   """A GitHub-markdown table of ``rows`` with the ``COLUMNS`` header."""
   def cells(r):
     vs = "n/a" if math.isnan(r.vs_torch) else f"{r.vs_torch:.2f}x"
     return (r.setting, r.algorithm, r.implementation, f"{r.seconds:.4f}",
             f"{r.examples_per_s:,.0f}", f"{r.tflops:.4f}", vs)
-  body = [cells(r) for r in rows]
-  widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(COLUMNS)]
-  line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
-  sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-  return "\n".join([line(COLUMNS), sep] + [line(b) for b in body])
+  return markdown(COLUMNS, [cells(r) for r in rows])
 
 
 def auto_vs_loop(rows: list[Row]) -> list[str]:
@@ -461,20 +459,17 @@ def memory_table(size: Size, algorithms, *, examples: int, batch: int, dtype: st
     for n in size.memory_clients:
       s = Setting(n, participation, examples, batch)
       exp = build(s, alg, dtype=dtype, num_devices=num_devices)
-      init, run_rounds, _, abstract = loop.compile_fns(exp)
-      state, _ = run_rounds(init(jax.random.PRNGKey(0)), exp.data, 1)
+      fns = program.compile_fns(exp)
+      state, _ = fns.run_rounds(fns.init(jax.random.PRNGKey(0)), exp.data, 1)
       jax.block_until_ready(state)
       stats = jax.devices()[0].memory_stats() or {}
       mib = lambda b: "n/a" if b is None else f"{b / 2**20:,.1f}"
-      rows.append((alg, str(n), f"{participation:.0%}", mib(tree_bytes(abstract)),
+      rows.append((alg, str(n), f"{participation:.0%}", mib(tree_bytes(fns.abstract)),
                    mib(tree_bytes(exp.data)), mib(stats.get("bytes_in_use")),
                    mib(stats.get("peak_bytes_in_use"))))
       log(f"  memory {alg} N={n}: {rows[-1]}")
       del state, exp
-  widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-  line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
-  return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                   + [line(r) for r in rows])
+  return markdown(head, rows)
 
 
 def time_experiment(setting: Setting, algorithm: str, rounds: int, *, eval_every: int = 10,
@@ -489,14 +484,15 @@ def time_experiment(setting: Setting, algorithm: str, rounds: int, *, eval_every
   """
   exp = build(setting, algorithm, dtype=dtype, num_devices=num_devices,
               test_examples=max(setting.examples // 4, setting.batch))
-  init, run_rounds, evaluate, _ = loop.compile_fns(exp)
+  fns = program.compile_fns(exp)
+  init, run_rounds, evaluate = fns.init, fns.run_rounds, fns.evaluate
   archs = exp.runtime.layout.archs
   t = time.perf_counter()
   chunks = {min(eval_every, rounds)} | ({rounds % eval_every} if rounds > eval_every else set())
   for chunk in sorted(chunks - {0}):  # compile every chunk length the timed loop uses
     state, m = run_rounds(init(jax.random.PRNGKey(0)), exp.data, chunk)
-    loop.check_finite(m, 0, archs)
-    loop.per_client_accuracy(exp, evaluate(state, exp.data))
+    runfiles.check_finite(m, 0, archs)
+    program.per_client_accuracy(exp, evaluate(state, exp.data))
   compile_s = time.perf_counter() - t
   state = init(jax.random.PRNGKey(0))
   jax.block_until_ready(state)
@@ -505,23 +501,13 @@ def time_experiment(setting: Setting, algorithm: str, rounds: int, *, eval_every
   while r < rounds:
     chunk = min(eval_every, rounds - r)
     state, m = run_rounds(state, exp.data, chunk)
-    loop.check_finite(m, r, archs)
+    runfiles.check_finite(m, r, archs)
     r += chunk
-    acc = loop.per_client_accuracy(exp, evaluate(state, exp.data))
+    acc = program.per_client_accuracy(exp, evaluate(state, exp.data))
   return time.perf_counter() - t, compile_s, float(acc.mean())
 
 
 # ---------------------------------------------------------------- --protocol
-
-
-def load_config(spec: str):
-  """``path/to/config.py[:variant]`` -> its ``get_config(variant)``."""
-  import importlib.util  # noqa: PLC0415
-  path, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("protocol_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
 
 
 def protocol_clients(exp) -> list:
@@ -579,13 +565,13 @@ def protocol_table(spec, *, rounds: int, repeats: int, torch_threads: list,
     A markdown table, one row per implementation.
   """
   import tempfile  # noqa: PLC0415
-  config = load_config(spec) if isinstance(spec, str) else spec
+  config = config_files.load_config_file(spec) if isinstance(spec, str) else spec
   spec = spec if isinstance(spec, str) else f"{config.algorithm} config"
-  config_lib.validate(config)
-  c = config_lib.with_algo_defaults(config)
+  validation.validate(config)
+  c = validation.with_algo_defaults(config)
   if c.participation != 1.0:
     raise ValueError("--protocol times every client each round (participation 1.0)")
-  clients = protocol_clients(loop.prepare(c))
+  clients = protocol_clients(experiment.prepare(c))
   results = {"ours": {"wall": [], "compile": [], "first": [], "acc": []}}
   workdir = workdir or tempfile.mkdtemp(prefix="protocol_")
   for rep in range(repeats):
@@ -626,10 +612,7 @@ def protocol_table(spec, *, rounds: int, repeats: int, torch_threads: list,
     rows.append((setting, name, f"{sec:.2f}", f"{min(v['wall']):.2f}", comp, first,
                  f"{statistics.median(v['acc']):.3f}",
                  "n/a" if math.isnan(ref) else f"{ref / sec:.2f}x"))
-  widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-  line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
-  return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                   + [line(r) for r in rows])
+  return markdown(head, rows)
 
 
 # ---------------------------------------------------------------- command line

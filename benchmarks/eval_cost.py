@@ -14,6 +14,8 @@ import ast
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import config as config_lib
+from fedjax_het import config_files
+from fedjax_het import validation
 from fedjax_het.training import estimate
 
 
@@ -34,12 +36,12 @@ def main(argv=None):
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
-    config = cli_lib.load_config_file(args.config)
+    config = config_files.load_config_file(args.config)
     for item in args.set:
       key, _, value = item.partition("=")
       cli_lib.check_key(config, key)
       config_lib.override(config, {key: parse_value(value)})
-    config_lib.validate(config)
+    validation.validate(config)
     cost = estimate.evaluation_cost(config)
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)

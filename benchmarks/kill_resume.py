@@ -29,8 +29,8 @@ import json
 import os
 import random
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading

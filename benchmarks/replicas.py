@@ -18,18 +18,23 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
-
 from fedjax_het import cli as cli_lib
-from fedjax_het.sweeps import runner
-from fedjax_het.training import compile_cache, loop
+from fedjax_het.config_files import load_config_file
+from fedjax_het.sweeps import plan as plan_lib
+from fedjax_het.training import compile_cache
+from fedjax_het.training import loop
+
+# the algorithms a sweep file names (``fedmrl``) are config files here
+EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "experiments")
 
 
 def cell_configs(sweep_path: str, algorithm: str, setting: str | None, seeds, rounds: int):
   """The configs of one (algorithm, setting) cell of a sweep, one per seed."""
-  sweep = runner.load_config_file(sweep_path)
+  sweep = load_config_file(sweep_path)
   sweep.seeds = tuple(seeds)
-  runs = [r for r in runner.plan(sweep, "/unused") if r.algorithm == algorithm
+  runs = [r for r in plan_lib.plan(sweep, "/unused", configs_dir=EXPERIMENTS_DIR)
+          if r.algorithm == algorithm
           and (setting is None or r.setting == setting)]
   if not runs:
     raise ValueError(f"no run of algorithm {algorithm!r} (setting {setting!r}) in "

@@ -24,17 +24,19 @@ import numpy as np
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
 from fedjax_het import sharding
+from fedjax_het import validation
+from fedjax_het.algorithms import SPECS
 from fedjax_het.clients import resolve_parallelism
 from fedjax_het.models import client_archs
-from fedjax_het.algorithms import SPECS
-from fedjax_het.training import loop
+from fedjax_het.training import experiment
+from fedjax_het.training import program
 
 
 def build(*, algorithm: str = "fedavg", models: str = "cnn1", clients: int = 100,
           examples: int = 500, test_examples: int = 50, batch: int = 50, epochs: int = 1,
           participation: float = 1.0, parallelism: str = "auto", dtype: str = "float32",
           num_devices: int = 0, seed: int = 0):
-  """A synthetic federation of equal-size clients, ready for ``loop.compile_fns``.
+  """A synthetic federation of equal-size clients, ready for ``program.compile_fns``.
 
   Args:
     algorithm: a key of ``SPECS``.
@@ -47,7 +49,7 @@ def build(*, algorithm: str = "fedavg", models: str = "cnn1", clients: int = 100
     seed: seed of the synthetic images.
 
   Returns:
-    ``loop.Experiment`` (config, runtime, algorithm, placed data; no class counts).
+    ``experiment.Experiment`` (config, runtime, algorithm, placed data; no class counts).
   """
   n, k, t = clients, examples, test_examples
   raw = data_lib.make_synthetic(n * (k + t), 0, 10, seed=seed)
@@ -59,16 +61,16 @@ def build(*, algorithm: str = "fedavg", models: str = "cnn1", clients: int = 100
   c.runtime.client_parallelism = parallelism
   c.runtime.compute_dtype = dtype
   c.runtime.num_devices = num_devices
-  config_lib.validate(c)
-  c = config_lib.with_algo_defaults(c)
+  validation.validate(c)
+  c = validation.with_algo_defaults(c)
   mesh = sharding.client_mesh(num_devices)
   archs = tuple(client_archs(c.models, n))
   fed, layout = data_lib.build_federated_data(
       raw.x_train, raw.y_train, train, test, archs, num_classes=10,
       pad_clients_to=mesh.size, pad_examples_to=c.batch_size)
-  rt = loop.make_runtime(c, layout, mesh)
+  rt = experiment.make_runtime(c, layout, mesh)
   alg = SPECS[c.algorithm].build(c, rt)
-  return loop.Experiment(c, rt, alg, loop.place_data(fed, mesh), None, archs)
+  return experiment.Experiment(c, rt, alg, experiment.place_data(fed, mesh), None, archs)
 
 
 def clients_per_round(rt) -> int:
@@ -77,7 +79,7 @@ def clients_per_round(rt) -> int:
 
 
 def time_rounds(exp, *, repeats: int = 5, rounds_per_dispatch: int = 1):
-  """Times ``run_rounds`` of ``loop.compile_fns`` after a first (compiling) call.
+  """Times ``run_rounds`` of ``program.compile_fns`` after a first (compiling) call.
 
   Args:
     exp: from ``build``.
@@ -89,7 +91,8 @@ def time_rounds(exp, *, repeats: int = 5, rounds_per_dispatch: int = 1):
     (seconds of the first call, list of seconds per round of each timed call, the
     metrics of the last call).
   """
-  init, run_rounds, _, _ = loop.compile_fns(exp)
+  fns = program.compile_fns(exp)
+  init, run_rounds = fns.init, fns.run_rounds
   state = init(jax.random.PRNGKey(0))
   t = time.perf_counter()
   state, m = run_rounds(state, exp.data, rounds_per_dispatch)

@@ -7,8 +7,9 @@ and accumulate its shared part; the server then sets the shared part to the
 example-weighted mean. Models and data are on the device before timing starts; on CUDA
 every round ends with ``torch.cuda.synchronize()``.
 
-Algorithms (layer widths as ``fedjax_het/models/registry.py``; 5x5 VALID convs, ReLU,
-2x2 max-pool; NCHW here, NHWC in JAX -- only fc1's input rows are permuted):
+Algorithms (layer widths read from ``fedjax_het/models/registry.py``'s ``arch_spec``;
+5x5 VALID convs, ReLU, 2x2 max-pool; NCHW here, NHWC in JAX -- only fc1's input rows are
+permuted):
 
 - ``fedavg``: CNN-1 (conv16-conv32-FC2000-FC500-FC10), the whole model is shared.
 - ``fedmrl``: as ``fedjax_het/algorithms/fedmrl.py``: shared small model G (CNN-5
@@ -42,14 +43,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM  # d2 = 500, the CNNs' width
+from fedjax_het.clients import num_sampled
+from fedjax_het.models import CIFAR_MEAN
+from fedjax_het.models import CIFAR_STD
+from fedjax_het.models import arch_spec
+
 ALGORITHMS = ("fedavg", "fedmrl", "fedmoe")
-# (conv channels, hidden FC widths before the representation layer), as registry.py.
-ARCHS = {"cnn1": ((16, 32), (2000,)), "cnn2": ((16, 16), (2000,)),
-         "cnn3": ((16, 32), (1000,)), "cnn4": ((16, 32), (800,)),
-         "cnn5": ((16, 32), (500,)), "tiny": ((4, 8), (32,))}  # tiny: tests only
-REP_DIM = 500  # d2, the representation width of the clients' CNNs
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 
 class Extractor(nn.Module):
@@ -57,7 +57,8 @@ class Extractor(nn.Module):
 
   def __init__(self, arch: str, rep_dim: int):
     super().__init__()
-    convs, fcs = ARCHS[arch]
+    spec = arch_spec(arch)  # the library's widths: cnn1..cnn5, tiny (tests)
+    convs, fcs = spec.conv_features, spec.fc_features
     chans = (3,) + convs
     self.convs = nn.ModuleList(nn.Conv2d(a, b, 5) for a, b in zip(chans, chans[1:]))
     side = 32
@@ -78,7 +79,7 @@ class Extractor(nn.Module):
 class CNN(nn.Module):
   """Extractor + linear header (the representation is taken after the ReLU)."""
 
-  def __init__(self, arch: str, rep_dim: int = REP_DIM, num_classes: int = 10):
+  def __init__(self, arch: str, rep_dim: int = LOCAL_REP_DIM, num_classes: int = 10):
     super().__init__()
     self.extractor = Extractor(arch, rep_dim)
     self.header = nn.Linear(rep_dim, num_classes)
@@ -95,7 +96,7 @@ class MRLClient(nn.Module):
     self.d1 = d1
     self.small = CNN(small_arch, rep_dim=d1)
     self.large = CNN(arch)
-    self.proj = nn.Linear(d1 + REP_DIM, REP_DIM)
+    self.proj = nn.Linear(d1 + LOCAL_REP_DIM, LOCAL_REP_DIM)
 
   def heads(self, x):
     """Eq. (1)-(2): (small header on R[:, :d1], large header on R) of the fused R."""
@@ -164,7 +165,7 @@ class MoEClient(nn.Module):
 
   def __init__(self, arch: str = "cnn1", global_arch: str = "cnn5", hidden: int = 64):
     super().__init__()
-    self.expert = Extractor(global_arch, REP_DIM)
+    self.expert = Extractor(global_arch, LOCAL_REP_DIM)
     self.local = CNN(arch)
     self.gate = Gate(hidden=hidden)
 
@@ -216,14 +217,10 @@ def make_client(algorithm: str, arch: str = "cnn1") -> nn.Module:
 def synthetic_clients(clients: int, examples: int, device, seed: int = 0):
   """Per-client (x float32 [n, 3, 32, 32] normalized, y int64 [n]) tensors on ``device``."""
   rng = np.random.default_rng(seed)
-  mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1)
-  std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
   out = []
   for _ in range(clients):
     x = rng.integers(0, 256, (examples, 32, 32, 3), dtype=np.uint8)
-    x = (torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255 - mean) / std
-    y = torch.from_numpy(rng.integers(0, 10, examples)).long()
-    out.append((x.contiguous().to(device), y.to(device)))
+    out.append(to_tensors(x, rng.integers(0, 10, examples), device))
   return out
 
 
@@ -254,7 +251,7 @@ class Federation:
     torch.manual_seed(seed)
     self.algorithm, self.epochs, self.batch = algorithm, epochs, batch
     self.lr, self.gate_lr = lr, gate_lr
-    self.num = max(1, min(clients, int(round(participation * clients))))
+    self.num = num_sampled(clients, participation)
     self.rng = np.random.default_rng(seed)
     self.data = synthetic_clients(clients, examples, self.device, seed)
     if algorithm == "fedavg":  # one working model: every client starts from the global
@@ -529,7 +526,7 @@ def main():
                    participation=args.participation, batch=args.batch, epochs=args.epochs,
                    device=args.device, dtype=args.dtype, threads=args.threads,
                    repeats=args.repeats)
-  num = max(1, min(args.clients, int(round(args.participation * args.clients))))
+  num = num_sampled(args.clients, args.participation)
   print(f"torch {torch.__version__} device={args.device} algorithm={args.algorithm} "
         f"clients/round={num} examples/client={args.examples} batch={args.batch} "
         f"dtype={args.dtype}: {sec:.4f} s/round (median of {args.repeats}), "

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base, fedavg
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import shared
 
 AGGREGATION = ("weighted", "uniform")
 
@@ -57,9 +58,9 @@ def fedprox(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = base.Protocol(init_client, init_server, lambda w, g: w, client_update, aggregate,
                         predict, trained_payload=base.own_upload)
-  # the round of every protocol whose server averages one model: train, aggregate, count
-  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
+  # init and evaluate from the protocol; the round of every protocol whose server
+  # averages one model (train, aggregate, count): shared.average_round
+  return shared.from_protocol(rt, proto)
 
 
 def check(config) -> None:

@@ -39,7 +39,8 @@ def synthetic(path: str, shape=(28, 28, 1), num_classes: int = 10, num_train: in
 
 
 def cli():
-  from absl import app, flags  # noqa: PLC0415 - importing this module defines no flags
+  from absl import app  # noqa: PLC0415 - importing this module defines no flags
+  from absl import flags  # noqa: PLC0415 - importing this module defines no flags
   out = flags.DEFINE_string("out", None, "Directory of <name>.npz.")
   name = flags.DEFINE_string("name", "gray28", "Dataset name (the file <name>.npz).")
   shape = flags.DEFINE_list("shape", ["28", "28", "1"], "H,W,C of the images.")

@@ -12,7 +12,9 @@ reads it back with ``partition.kind='file'``:
 """
 import numpy as np
 
-from fedjax_het.data import load_pool, partition_file
+from fedjax_het import config as config_lib
+from fedjax_het.data import load_pool
+from fedjax_het.data import partition_file
 
 
 def shards(labels: np.ndarray, num_clients: int, *, shards_per_client: int = 2,
@@ -33,7 +35,7 @@ def shards(labels: np.ndarray, num_clients: int, *, shards_per_client: int = 2,
 
 def write(config, out: str, shards_per_client: int = 2) -> partition_file.ClientTables:
   """Writes the shards partition of ``config``'s pool to ``out``; returns the tables."""
-  pool = load_pool(config)  # the examples a run of this config partitions
+  pool = load_pool(**config_lib.pool_args(config))  # what a run of it partitions
   train, test = shards(pool.y, config.num_clients, shards_per_client=shards_per_client,
                        test_fraction=config.partition.test_fraction, seed=config.seed)
   tables = pool.tables(train, test)
@@ -42,7 +44,8 @@ def write(config, out: str, shards_per_client: int = 2) -> partition_file.Client
 
 
 def cli():
-  from absl import app, flags  # noqa: PLC0415 - importing this module defines no flags
+  from absl import app  # noqa: PLC0415 - importing this module defines no flags
+  from absl import flags  # noqa: PLC0415 - importing this module defines no flags
   from ml_collections import config_flags  # noqa: PLC0415
   config = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
   out = flags.DEFINE_string("out", None, "The partition file (.npz or .json).")

@@ -24,7 +24,8 @@ def client_labels(tables, source, k: int, kind: str = "train") -> np.ndarray:
 
 
 def cli():
-  from absl import app, flags  # noqa: PLC0415 - importing this module defines no flags
+  from absl import app  # noqa: PLC0415 - importing this module defines no flags
+  from absl import flags  # noqa: PLC0415 - importing this module defines no flags
   tables_flag = flags.DEFINE_string("tables", None, "A run's partition_indices.npz.")
   source_flag = flags.DEFINE_string("source", None, "The dataset's npz.")
   flags.mark_flags_as_required(["tables", "source"])

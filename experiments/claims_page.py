@@ -12,7 +12,9 @@ import sys
 from absl import flags
 
 from fedjax_het import cli as cli_lib
-from fedjax_het.sweeps import claims, runner
+from fedjax_het import config_files
+from fedjax_het.sweeps import claims
+from fedjax_het.sweeps import tables
 
 RESULTS = flags.DEFINE_string("results", "results",
                               "The directory the ledger's sweep directories are under.")
@@ -30,7 +32,7 @@ GATES = flags.DEFINE_bool("gates", True, "Write gates.json beside each finished 
 def main(argv):
   del argv
   try:
-    ledger = runner.load_module(LEDGER.value)
+    ledger = config_files.load_module(LEDGER.value)
     runs = claims.load_sweeps(RESULTS.value, ledger.CLAIMS)
     if GATES.value:
       for claim in (c for c in ledger.CLAIMS if c.test == "gates"):
@@ -45,7 +47,7 @@ def main(argv):
         command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
-  runner.write_text(OUT.value, text)
+  tables.write_text(OUT.value, text)
   print(f"wrote {OUT.value}: {len(ledger.CLAIMS)} claims", flush=True)
 
 

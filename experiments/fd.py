@@ -10,7 +10,8 @@ toward the global logit of the label (soft-target CE as HtFLlib; ``distill='mse'
 
 Results (command, seed, rounds): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -9,7 +9,8 @@ private model is CNN-((k mod 5)+1), the shared model is CNN-5 (representation wi
 
 Results (command, seed, rounds, figure): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -5,7 +5,8 @@ r"""FedAvg on model-homogeneous CNN-1 clients, CIFAR-10, pathological non-IID 2/
 
 Results: see docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

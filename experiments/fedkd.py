@@ -12,7 +12,8 @@ the paper; ``--config.algo.svd_energy_start=0`` sends them uncompressed.
 
 Results (command, seed, rounds, figure): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

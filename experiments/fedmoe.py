@@ -9,7 +9,8 @@ network hidden width m; SGD with a separate gating learning rate.
 
 Results (command, seed, rounds, figure): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

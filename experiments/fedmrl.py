@@ -11,7 +11,8 @@ client k runs CNN-((k mod 5)+1), shared small model CNN-5-sized with d1=100, SGD
 
 Results (command, seed, rounds, figure): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -11,7 +11,8 @@ lamda * MSE(rep, global prototype of the label); inference by nearest global pro
 
 Results (command, seed, rounds): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

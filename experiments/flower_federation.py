@@ -57,7 +57,9 @@ def config_spec(argv) -> str:
 
 def main(argv):
   del argv
-  from fedjax_het.deploy import federation, flower, loopback  # Flower: an optional extra
+  from fedjax_het.deploy import federation  # Flower: an optional extra
+  from fedjax_het.deploy import flower  # Flower: an optional extra
+  from fedjax_het.deploy import loopback  # Flower: an optional extra
   config = _CONFIG.value
   faults = {}
   try:

@@ -9,7 +9,8 @@ meme model is CNN-5 (representation width 500), SGD; alpha = beta = 0.5.
 
 Results (command, seed, rounds, figure): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -8,7 +8,8 @@ server over all architectures.
 
 Results (command, seed, rounds): docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -15,8 +15,10 @@ docs/distributed.md): start the same command once per process, adding
 from absl import flags
 from ml_collections import config_flags
 
-from fedjax_het import cli, distributed
-from fedjax_het.training import compile_cache, loop
+from fedjax_het import cli
+from fedjax_het import distributed
+from fedjax_het.training import compile_cache
+from fedjax_het.training import loop
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, path[:variant] (experiments/fedmrl.py:cpu)",

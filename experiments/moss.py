@@ -15,7 +15,8 @@ client holds (``data.public`` examples are held out of the partition; see docs/m
 Expected: the smoke run finishes 3 rounds on CPU with finite losses; full-run results are
 not recorded yet.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

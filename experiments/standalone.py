@@ -5,7 +5,8 @@ r"""Standalone (no federation) on model-heterogeneous CNN-1..5 clients, CIFAR-10
 
 Results: see docs/results.md.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -6,7 +6,10 @@ r"""Runs a grid of experiments (algorithms x settings x seeds) and tabulates the
 
 The command line of ``fedjax_het.sweeps.runner`` (see its docstring for the details).
 """
+import os
+
 from fedjax_het.sweeps import runner
 
 if __name__ == "__main__":
-  runner.cli()
+  # an algorithm named in a sweep file (``fedmrl``) is its config file here
+  runner.cli(configs_dir=os.path.dirname(os.path.abspath(__file__)))

@@ -18,8 +18,6 @@ module that an ``experiments/`` script calls) runs ``run(main)`` instead of
 """
 from __future__ import annotations
 
-import importlib.util
-import inspect
 import logging as py_logging
 import os
 import re
@@ -28,6 +26,8 @@ import sysconfig
 import textwrap
 import traceback
 from typing import Callable, Sequence
+
+from fedjax_het import config_files
 
 QUIET_LOGGERS = ("jax", "orbax", "absl", "tensorstore", "flwr")
 HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
@@ -65,24 +65,9 @@ def describe(err: BaseException) -> str:
 # ----------------------------------------------------------------------------- config files
 
 
-def load_config_file(spec: str):
-  """``get_config(arg)`` of a ``path[:arg]`` config file (as ``config_flags`` loads it)."""
-  path, _, arg = spec.partition(":")
-  if not os.path.exists(path):
-    raise ValueError(f"--config={spec}: no such file {path!r}")
-  module_spec = importlib.util.spec_from_file_location("fedjax_het_config_file", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  if not hasattr(module, "get_config"):
-    raise ValueError(f"{path} defines no get_config(); it is not a config file")
-  if arg and not inspect.signature(module.get_config).parameters:
-    raise ValueError(f"{path} has no variants (its get_config() takes no argument); "
-                     f"drop ':{arg}'")
-  return module.get_config(arg) if arg else module.get_config()
-
-
 def load_checked(spec: str, flag: str = "config"):
-  """``load_config_file(spec)``; any failure is a ValueError naming ``--<flag>=spec``.
+  """``config_files.load_config_file(spec)``; any failure is a ValueError naming
+  ``--<flag>=spec``.
 
   A missing file, an unknown ``:variant`` (the file's own ValueError, which lists the
   valid ones) or any exception of the file's code (then with its type and line).
@@ -91,7 +76,7 @@ def load_checked(spec: str, flag: str = "config"):
   if not os.path.exists(path):
     raise ValueError(f"--{flag}={spec}: no such file {path!r}")
   try:
-    return load_config_file(spec)
+    return config_files.load_config_file(spec)
   except ValueError as err:
     raise ValueError(f"--{flag}={spec}: {one_line(err)}") from err
   except Exception as err:  # noqa: BLE001 - the config file's own code failed
@@ -214,7 +199,8 @@ def help_text(doc: str | None, config_flag: str | None = None, flag_values=None)
 
 def print_help(kind: str, config_flag: str | None = None) -> None:
   """Prints the help ``kind`` asks for on stdout and exits 0."""
-  from absl import app, flags  # noqa: PLC0415
+  from absl import app  # noqa: PLC0415
+  from absl import flags  # noqa: PLC0415
   if kind == "full":
     app.define_help_flags()
     print(flags.FLAGS.get_help(), flush=True)

@@ -1,12 +1,16 @@
 """Test setup: 4 forced CPU devices so sharded code paths run without a GPU."""
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache for the whole session (subprocesses inherit it):
 # the end-to-end tests compile the same round several times.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      tempfile.mkdtemp(prefix="fedjax_het_jit_cache_"))
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _SESSION_CACHE = tempfile.mkdtemp(prefix="fedjax_het_jit_cache_")  # removed at the end
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
+else:
+  _SESSION_CACHE = None  # the caller's own cache stays
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # XLA:CPU compilation dominates the suite's time; without the backend's optimisation
 # passes it compiles ~30 % faster (tests/test_protocol.py -k "fedmrl or fedmoe": 44 s ->
@@ -27,10 +31,18 @@ import pytest  # noqa: E402
 from fedjax_het import config as config_lib  # noqa: E402
 
 
+def pytest_sessionfinish(session, exitstatus):
+  """The session's compilation cache goes with it (the process that made it: the
+  xdist controller, or pytest without workers)."""
+  del exitstatus
+  if _SESSION_CACHE and not hasattr(session.config, "workerinput"):
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def fresh_trace_counts():
   """``chex.assert_max_traces`` counts traces per function source across a worker's
-  tests; algorithms sharing a round (``fedavg.average_round``) must not add up."""
+  tests; algorithms sharing a round (``shared.average_round``) must not add up."""
   import chex
   chex.clear_trace_counter()
 
@@ -63,6 +75,16 @@ def tiny_config(synthetic_npz):
     c.partition.alpha = 1.0
     return config_lib.override(c, overrides or {})
   return make
+
+
+@pytest.fixture
+def two_tiny_groups(monkeypatch):
+  """``models`` of two architecture groups that compile and run as fast as 'tiny' alone
+  ('tiny' and a test-only 'tiny2'), where 'tiny,cnn5' would spend most of a test in
+  cnn5's convolutions."""
+  from fedjax_het import models
+  monkeypatch.setitem(models.ARCHITECTURES, "tiny2", models.ArchSpec((4, 6), (24,)))
+  return "tiny,tiny2"
 
 
 def assert_server_holds_no_client_leaf(state):

@@ -7,12 +7,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import clients as cl
-from fedjax_het.algorithms import SPECS, base, fedapen, fedkd, fedmrl, fml
+from fedjax_het.algorithms import SPECS
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedapen
+from fedjax_het.algorithms import fedkd
+from fedjax_het.algorithms import fml
+from fedjax_het.algorithms import mutual
 from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
-from conftest import assert_server_holds_no_client_leaf
+from fedjax_het.training import program
+from fedjax_het.training import runfiles
 
 SMALL = {"algo.small_arch": "tiny", "algo.rep_dim": 16}  # fast shared model, width != 500
 
@@ -35,11 +43,11 @@ MASK = np.array([True, True, False])
 
 
 def test_kl_divergence_matches_hand_computation():
-  got = fml.kl_divergence(LOGITS_B, LOGITS_A, MASK)
+  got = mutual.kl_divergence(LOGITS_B, LOGITS_A, MASK)
   np.testing.assert_allclose(got, _np_kl(LOGITS_B, LOGITS_A)[:2].mean(), rtol=1e-5)
   # KL of a distribution to itself is 0; the teacher gets no gradient
-  np.testing.assert_allclose(fml.kl_divergence(LOGITS_A, LOGITS_A, MASK), 0.0, atol=1e-6)
-  g = jax.grad(lambda t: fml.kl_divergence(t, jnp.asarray(LOGITS_A), MASK))(LOGITS_B)
+  np.testing.assert_allclose(mutual.kl_divergence(LOGITS_A, LOGITS_A, MASK), 0.0, atol=1e-6)
+  g = jax.grad(lambda t: mutual.kl_divergence(t, jnp.asarray(LOGITS_A), MASK))(LOGITS_B)
   np.testing.assert_array_equal(g, 0.0)
 
 
@@ -143,8 +151,8 @@ def test_lambda_takes_one_sgd_step_per_held_out_minibatch():
   lam = jnp.float32(0.5)
   for b in range(2):  # by hand: two minibatches of 2, lr 0.1
     sl = slice(2 * b, 2 * b + 2)
-    grad = jax.grad(lambda l: cl.cross_entropy(fedapen.ensemble(
-        logits_l[sl], logits_g[sl], l), labels[sl], mask[sl]))(lam)
+    grad = jax.grad(lambda lam_, sl=sl: cl.cross_entropy(fedapen.ensemble(
+        logits_l[sl], logits_g[sl], lam_), labels[sl], mask[sl]))(lam)
     lam = jnp.clip(lam - 0.1 * grad, 0, 1)
   out = fedapen.learn_lambda(jnp.float32(0.5), logits_l, logits_g, labels, mask, steps=1,
                              learning_rate=0.1, batch_size=2)
@@ -156,13 +164,13 @@ ALGOS = [("fml", {}), ("fedkd", {"algo.svd_energy_start": 0.9}), ("fedapen", {})
 
 @pytest.mark.parametrize("algorithm,algo", ALGOS)
 def test_uplink_holds_only_the_shared_model(tiny_config, algorithm, algo):
-  exp = loop.prepare(tiny_config(algorithm, "tiny", {**SMALL, **algo}))
+  exp = experiment.prepare(tiny_config(algorithm, "tiny", {**SMALL, **algo}))
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
                         state.clients[0])  # one client
   theta = state.server["theta"] if algorithm == "fedkd" else state.server
   up = jax.eval_shape(fedkd.uplink, client.params, theta) if algorithm == "fedkd" else (
-      fedmrl.uplink(client.params))
+      mutual.uplink(client.params))
   assert jax.tree.structure(up) == jax.tree.structure(theta)
   chex.assert_trees_all_equal_shapes_and_dtypes(up, theta)
   assert set(client.params) - {"global"} >= {"local"}  # private parts exist but stay home
@@ -177,7 +185,7 @@ def test_run_end_to_end_compiles_the_round_once(tiny_config, tmp_path, algorithm
   def build(c, rt):
     alg = SPECS[c.algorithm].build(c, rt)
     # traced twice in a whole run: once for the shapes of the per-round metric buffers,
-    # once into the compiled dispatch loop (loop.compile_dispatch); never again per round
+    # once into the compiled dispatch loop (program.compile_dispatch); never again per round
     return alg._replace(round=chex.assert_max_traces(alg.round, n=2))
 
   config = tiny_config(algorithm, "tiny", {**SMALL, **algo})
@@ -189,10 +197,10 @@ def test_run_end_to_end_compiles_the_round_once(tiny_config, tmp_path, algorithm
              for r in rows)
   assert summary["rounds_completed"] == 2 and len(summary["per_client_test_acc"]) == 8
 
-  exp = loop.prepare(config)
-  abstract = loop.compile_fns(exp)[3]
+  exp = experiment.prepare(config)
+  abstract = program.compile_fns(exp).abstract
   ckpt = ckpt_lib.Checkpointer(os.path.join(tmp_path, "checkpoints"), max_to_keep=2,
-                               fingerprint=loop.fingerprint(exp))
+                               fingerprint=runfiles.fingerprint(exp))
   state, _ = ckpt.restore_latest(abstract)
   assert_server_holds_no_client_leaf(state)
   size = base.count_params(state.server)
@@ -219,15 +227,15 @@ def test_fedkd_energy_is_annealed_from_start_to_end():
 
 
 def test_kl_mean_reduction_divides_by_the_classes():
-  batchmean = fml.kl_divergence(LOGITS_B, LOGITS_A, MASK)
-  mean = fml.kl_divergence(LOGITS_B, LOGITS_A, MASK, "mean")
+  batchmean = mutual.kl_divergence(LOGITS_B, LOGITS_A, MASK)
+  mean = mutual.kl_divergence(LOGITS_B, LOGITS_A, MASK, "mean")
   np.testing.assert_allclose(mean, batchmean / 3, rtol=1e-6)  # C = 3
   loss_l, _ = fml.mutual_losses(LOGITS_A, LOGITS_B, LABELS, MASK, alpha=0.3, beta=0.8,
                                 kl_reduction="mean")
   np.testing.assert_allclose(loss_l, 0.3 * _np_ce(LOGITS_A, LABELS)[:2].mean()
                              + 0.7 * _np_kl(LOGITS_B, LOGITS_A)[:2].mean() / 3, rtol=1e-5)
   with pytest.raises(ValueError, match="kl reduction 'sum'"):
-    fml.kl_divergence(LOGITS_B, LOGITS_A, MASK, "sum")
+    mutual.kl_divergence(LOGITS_B, LOGITS_A, MASK, "sum")
 
 
 @pytest.mark.parametrize("algorithm", ["fml", "fedkd"])
@@ -237,7 +245,7 @@ def test_evaluate_shared_tests_the_shared_model(tiny_config, algorithm):
   extra = {"algo.svd_energy_start": 0.0} if algorithm == "fedkd" else {}
   outs = {}
   for evaluate in ("private", "shared"):
-    exp = loop.prepare(tiny_config(algorithm, "tiny", {**SMALL, **extra,
+    exp = experiment.prepare(tiny_config(algorithm, "tiny", {**SMALL, **extra,
                                                        "algo.evaluate": evaluate}))
     proto = exp.algorithm.protocol
     state = exp.algorithm.init(jax.random.PRNGKey(0))
@@ -257,4 +265,4 @@ def test_evaluate_shared_tests_the_shared_model(tiny_config, algorithm):
 def test_evaluate_and_kl_reduction_are_checked(tiny_config, algorithm):
   for key, value in (("algo.evaluate", "mentor"), ("algo.kl_reduction", "sum")):
     with pytest.raises(ValueError, match=key.split(".")[1]):
-      loop.prepare(tiny_config(algorithm, "tiny", {**SMALL, key: value}))
+      experiment.prepare(tiny_config(algorithm, "tiny", {**SMALL, key: value}))

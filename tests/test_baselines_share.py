@@ -6,12 +6,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import models
-from fedjax_het.algorithms import fd, fedproto, lg_fedavg
-from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.algorithms import class_tables
+from fedjax_het.algorithms import fd
+from fedjax_het.algorithms import fedproto
+from fedjax_het.algorithms import lg_fedavg
+from fedjax_het.algorithms.shared import dummy_input
+from fedjax_het.algorithms.shared import weighted_average
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
-from conftest import assert_server_holds_no_client_leaf
+from fedjax_het.training import program
+
 
 def test_lg_uplink_is_exactly_the_header():
   net = models.get_model("tiny", num_classes=10)
@@ -25,14 +32,14 @@ def test_lg_uplink_is_exactly_the_header():
 def test_lg_headers_of_cnn1_and_cnn5_average_by_examples():
   h = lambda v: {"fc": {"kernel": jnp.full((500, 10), v), "bias": jnp.full((10,), v)}}
   stack = lambda *hs: jax.tree.map(lambda *a: jnp.stack(a), *hs)
-  out = lg_fedavg.aggregate([stack(h(1.0), h(9.0)), stack(h(4.0))],
-                            [jnp.array([1.0, 0.0]), jnp.array([3.0])])  # slot 2: padding
+  out = weighted_average([stack(h(1.0), h(9.0)), stack(h(4.0))],
+                         [jnp.array([1.0, 0.0]), jnp.array([3.0])])  # slot 2: padding
   np.testing.assert_allclose(out["fc"]["bias"], np.full(10, (1 + 3 * 4) / 4))
 
 
 @pytest.mark.parametrize("name", ["fd", "fedproto"])
 def test_class_table_uplink_holds_no_parameters(tiny_config, name):
-  exp = loop.prepare(tiny_config(name, "tiny"))
+  exp = experiment.prepare(tiny_config(name, "tiny"))
   rt, data = exp.runtime, exp.data
   net = models.get_model("tiny", num_classes=10)
   params = net.init(jax.random.PRNGKey(0), dummy_input())["params"]
@@ -53,8 +60,9 @@ def test_class_stats_by_hand():
   y = jnp.array([0, 0, 2, 2, 2, 1])
   feats = jnp.array([[1.0, 0.0], [3.0, 2.0], [5.0, 5.0], [7.0, 5.0], [9.0, 5.0], [0.0, 0.0]])
   # one batch of the 6 pool examples in order; the last two are padding
-  out = fedproto.class_stats(lambda xb: feats, x, y, jnp.arange(6),
-                             jnp.array([1, 1, 1, 1, 0, 0], bool), num_classes=3, batch_size=6)
+  out = class_tables.class_stats(lambda xb: feats, x, y, jnp.arange(6),
+                                 jnp.array([1, 1, 1, 1, 0, 0], bool), num_classes=3,
+                                 batch_size=6)
   np.testing.assert_allclose(out["counts"], [2, 0, 2])
   np.testing.assert_allclose(out["means"], [[2, 1], [0, 0], [6, 5]])
 
@@ -64,11 +72,11 @@ def test_per_class_aggregation_by_hand():
   up_a = {"means": jnp.array([[[1.0], [0.0], [0.0]], [[9.0], [9.0], [9.0]]]),
           "counts": jnp.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])}
   up_b = {"means": jnp.array([[[4.0], [0.0], [6.0]]]), "counts": jnp.array([[3.0, 0.0, 2.0]])}
-  out = fedproto.aggregate_classes([up_a, up_b])
+  out = class_tables.aggregate_classes([up_a, up_b])
   np.testing.assert_allclose(out["table"], [[(1 + 3 * 4) / 4], [0.0], [6.0]])
   np.testing.assert_array_equal(out["valid"], [True, False, True])
-  sent = fedproto.mean_entries_sent([up_a, up_b], [jnp.array([5.0, 0.0]), jnp.array([2.0])],
-                                    width=10)
+  sent = class_tables.mean_entries_sent([up_a, up_b],
+                                        [jnp.array([5.0, 0.0]), jnp.array([2.0])], width=10)
   np.testing.assert_allclose(sent, (1 + 2) * 10 / 2)
 
 
@@ -95,9 +103,9 @@ def test_nearest_prototype_ignores_invalid_classes():
 @pytest.mark.parametrize("name,algo", [("lg_fedavg", {}), ("fd", {"algo.distill": "mse"}),
                                        ("fedproto", {})])
 def test_round_compiles_once_and_is_finite(tiny_config, name, algo):
-  exp = loop.prepare(tiny_config(name, "tiny", dict(algo, participation=0.5)))
+  exp = experiment.prepare(tiny_config(name, "tiny", dict(algo, participation=0.5)))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   for _ in range(2):
     state, metrics = round_fn(state, exp.data)
@@ -127,14 +135,13 @@ def test_run_end_to_end(tiny_config, tmp_path, name, models, algo):
 
 
 def test_fedproto_keeps_the_last_known_prototype_of_a_class_nobody_sent():
-  from fedjax_het.algorithms import fedproto
   old = {"table": jnp.array([[1.0, 1.0], [2.0, 2.0], [0.0, 0.0]]),
          "valid": jnp.array([True, True, False])}
   # this round's clients hold class 0 and 2 only
   uploads = [{"means": jnp.array([[[5.0, 5.0], [0.0, 0.0], [7.0, 7.0]]]),
               "counts": jnp.array([[3.0, 0.0, 1.0]])}]
-  new = fedproto.aggregate_classes(uploads)
+  new = class_tables.aggregate_classes(uploads)
   np.testing.assert_array_equal(new["valid"], [True, False, True])  # HtFLlib: class 1 lost
-  kept = fedproto.remember(old, new)
+  kept = class_tables.remember(old, new)
   np.testing.assert_array_equal(kept["valid"], [True, True, True])
   np.testing.assert_allclose(kept["table"], [[5.0, 5.0], [2.0, 2.0], [7.0, 7.0]])

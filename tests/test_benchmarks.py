@@ -81,6 +81,7 @@ def test_flop_count_matches_xla():
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install -e '.[bench]')")
 def test_torch_reference_matches_our_networks():
   import torch_reference as tr
+
   from fedjax_het.models import count_params
 
   for algorithm in tr.ALGORITHMS:
@@ -104,7 +105,7 @@ def test_protocol_table_times_our_run_and_torch_on_the_same_clients(tiny_config,
   config = tiny_config("fedmrl", models="tiny,cnn5",
                        overrides={"num_clients": 4, "algo.small_arch": "tiny",
                                   "algo.d1": 16})
-  exp = compare.loop.prepare(compare.config_lib.with_algo_defaults(config))
+  exp = compare.experiment.prepare(compare.validation.with_algo_defaults(config))
   clients = compare.protocol_clients(exp)
   assert [c[0] for c in clients] == ["tiny", "cnn5", "tiny", "cnn5"]
   index = exp.data.groups[0]

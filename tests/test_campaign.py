@@ -6,22 +6,24 @@ import sys
 
 import pytest
 
-from fedjax_het.sweeps import campaign, runner
+from fedjax_het.sweeps import campaign
+from fedjax_het.sweeps import plan as plan_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENTS = os.path.join(ROOT, "experiments")  # the algorithms sweep files name
 
 
 def test_paper_campaign_runs_the_papers_methods_first_then_the_rest_then_seeds(tmp_path):
-  sweep = campaign.sweep_config(campaign.SIZES["paper"])
+  sweep = campaign.sweep_config(campaign.SIZES["paper"], repo_dir=ROOT)
   assert list(sweep.settings) == ["CIFAR-10 N=10,C=100%", "CIFAR-10 N=50,C=20%",
                                   "CIFAR-10 N=100,C=10%"]
-  runs = runner.plan(sweep, str(tmp_path))
+  runs = plan_lib.plan(sweep, str(tmp_path), configs_dir=EXPERIMENTS)
   ordered = sorted(runs, key=campaign.priority(sweep))
   first = [(r.algorithm, r.setting.split()[1], r.seed) for r in ordered[:9]]
   assert first == [(a, s, 0) for s in ("N=10,C=100%", "N=50,C=20%", "N=100,C=10%")
                    for a in ("standalone", "fedmoe", "fedmrl")]
-  assert {r.algorithm for r in ordered[9:30]} == set(runner.resolve_algorithm(a)[0] for a in
-                                                     sweep.algorithms) - set(campaign.FIRST)
+  assert {r.algorithm for r in ordered[9:30]} == set(
+      plan_lib.resolve_algorithm(a)[0] for a in sweep.algorithms) - set(campaign.FIRST)
   assert all(r.seed == 0 for r in ordered[:30]) and all(r.seed > 0 for r in ordered[30:])
 
 
@@ -29,22 +31,24 @@ def test_bf16_campaign_sets_every_run_and_the_comparison_apart(tmp_path):
   size = campaign.SIZES["paper"]
   assert campaign.results_name(size, "float32") == "paper_cifar10"
   assert campaign.results_name(size, "bfloat16") == "paper_cifar10_bf16"
-  runs = runner.plan(campaign.sweep_config(size, "bfloat16"), str(tmp_path))
+  runs = plan_lib.plan(campaign.sweep_config(size, "bfloat16", repo_dir=ROOT),
+                       str(tmp_path), configs_dir=EXPERIMENTS)
   assert {r.config.runtime.compute_dtype for r in runs} == {"bfloat16"}
   assert {r.config.momentum for r in runs} == {0.9}  # the sweep's own overrides stay
-  fp32 = runner.plan(campaign.sweep_config(size), str(tmp_path))
+  fp32 = plan_lib.plan(campaign.sweep_config(size, repo_dir=ROOT), str(tmp_path),
+                       configs_dir=EXPERIMENTS)
   assert {r.config.runtime.compute_dtype for r in fp32} == {"float32"}
-  assert campaign.compare_command(size, "bfloat16")[-1] == "--dtype=bfloat16"
+  assert campaign.compare_command(size, "bfloat16", repo_dir=ROOT)[-1] == "--dtype=bfloat16"
 
 
 def test_bad_arguments_fail_before_anything_runs(tmp_path):
   with pytest.raises(ValueError, match="valid"):
-    campaign.run_campaign("huge", results_dir=str(tmp_path), budget_s=10)
+    campaign.run_campaign("huge", results_dir=str(tmp_path), budget_s=10, repo_dir=ROOT)
   with pytest.raises(ValueError, match="positive"):
-    campaign.run_campaign("tiny", results_dir=str(tmp_path), budget_s=0)
+    campaign.run_campaign("tiny", results_dir=str(tmp_path), budget_s=0, repo_dir=ROOT)
   with pytest.raises(ValueError, match="compute_dtype='float16'"):
     campaign.run_campaign("tiny", results_dir=str(tmp_path), budget_s=10,
-                          compute_dtype="float16")
+                          compute_dtype="float16", repo_dir=ROOT)
   assert os.listdir(tmp_path) == []
 
 
@@ -74,6 +78,6 @@ def test_tiny_campaign_end_to_end_and_resumed(tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert "compare.py done earlier" in again.stdout
   assert "6 finished earlier, 0 to run" in again.stdout
-  records = [json.loads(l) for l in (where / "campaign.jsonl").read_text().splitlines()]
+  records = [json.loads(line) for line in (where / "campaign.jsonl").read_text().splitlines()]
   assert [r["runs_done"] for r in records] == [6, 6]
   assert records[0]["compare"] == "done" and records[1]["compare"] == "done earlier"

@@ -7,11 +7,15 @@ import pytest
 
 from fedjax_het import config as config_lib
 from fedjax_het.algorithms import SPECS
-from fedjax_het.sweeps import runner
+from fedjax_het.config_files import load_config_file
+from fedjax_het.config_files import load_module
+from fedjax_het.sweeps import plan as plan_lib
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLAIMS = os.path.join(ROOT, "experiments", "claims")
+EXPERIMENTS = os.path.join(ROOT, "experiments")  # the algorithms sweep files name
 SWEEPS = sorted(f for f in os.listdir(CLAIMS)
                 if f.endswith(".py") and f not in ("protocol.py", "ledger.py"))
 # the algorithms whose rounds depend on the run's total number of rounds
@@ -24,7 +28,7 @@ def _round_jaxpr(tiny_config, name, num_rounds):
     overrides.update({"data.public": 16, "algo.public_size": 16, "algo.public_batch": 8,
                       "algo.wire_layers": "rep"})
   archs = "tiny" if SPECS[name].homogeneous_only else "tiny,cnn5"
-  exp = loop.prepare(tiny_config(name, archs, overrides))
+  exp = experiment.prepare(tiny_config(name, archs, overrides))
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   return str(jax.make_jaxpr(exp.algorithm.round)(state, exp.data))
 
@@ -44,8 +48,8 @@ def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path
   """Every config of every claims sweep validates, on CIFAR-10 and by ``:cifar100``;
   all keep their cut (N=100, C=10%, or paper_cpu's N=10, C=100% for the headline and
   the baselines' switches) and hold the same public set out."""
-  sweep = runner.load_config_file(os.path.join(CLAIMS, sweep_file), dataset or None)
-  runs = runner.plan(sweep, str(tmp_path))
+  sweep = load_config_file(os.path.join(CLAIMS, sweep_file), dataset or None)
+  runs = plan_lib.plan(sweep, str(tmp_path), configs_dir=EXPERIMENTS)
   assert runs
   for run in runs:
     c = run.config
@@ -55,7 +59,7 @@ def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path
     if c.partition.kind == "pathological":
       assert c.partition.classes_per_client >= (10 if dataset else 2)
   with pytest.raises(ValueError, match="unknown claims dataset 'mnist'"):
-    runner.load_config_file(os.path.join(CLAIMS, sweep_file), "mnist")
+    load_config_file(os.path.join(CLAIMS, sweep_file), "mnist")
 
 
 def test_cifar100_claims_cell_runs_on_synthetic_arrays(tmp_path):
@@ -68,9 +72,9 @@ def test_cifar100_claims_cell_runs_on_synthetic_arrays(tmp_path):
   np.savez(path, x_train=rng.integers(0, 256, (len(y_tr), 32, 32, 3), np.uint8),
            y_train=y_tr, x_test=rng.integers(0, 256, (len(y_te), 32, 32, 3), np.uint8),
            y_test=y_te)
-  sweep = runner.load_config_file(os.path.join(CLAIMS, "table.py"), "cifar100")
-  (run,) = [r for r in runner.plan(sweep, str(tmp_path)) if r.algorithm == "standalone"
-            and r.seed == 0]
+  sweep = load_config_file(os.path.join(CLAIMS, "table.py"), "cifar100")
+  (run,) = [r for r in plan_lib.plan(sweep, str(tmp_path), configs_dir=EXPERIMENTS)
+            if r.algorithm == "standalone" and r.seed == 0]
   c = config_lib.override(run.config, {
       "data.path": path, "data.subsample": 0, "data.public": 100, "num_rounds": 2,
       "models": "tiny", "data.augment": "none"})
@@ -101,6 +105,7 @@ def _ledger_runs(root):
   """table: standalone, fedmoe = standalone + 0.2 * round / 100 (seed-varied) at seeds
   0-2 for 12 rounds; clients: fedmoe beats standalone on 3 of 4 clients."""
   import json
+
   import numpy as np
   for method in ("standalone", "fedmoe"):
     for seed in range(3):
@@ -161,16 +166,17 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
 def test_every_ledger_group_names_a_planned_cell(tmp_path):
   """Every claim's groups are (sweep file, method, setting) cells its sweep plans, and
   every claim names the sweep files that make its runs."""
-  ledger = runner.load_module(os.path.join(CLAIMS, "ledger.py"))
+  ledger = load_module(os.path.join(CLAIMS, "ledger.py"))
   cells, rounds = {}, {}
   for f in SWEEPS:
-    sweep = runner.load_config_file(os.path.join(CLAIMS, f))
-    cells[f[:-3]] = {(r.algorithm, r.setting) for r in runner.plan(sweep, str(tmp_path))}
+    sweep = load_config_file(os.path.join(CLAIMS, f))
+    cells[f[:-3]] = {(r.algorithm, r.setting)
+                     for r in plan_lib.plan(sweep, str(tmp_path), configs_dir=EXPERIMENTS)}
     rounds[f[:-3]] = sweep.base_overrides.num_rounds
   assert len({c.id for c in ledger.CLAIMS}) == len(ledger.CLAIMS)
-  cells["paper_cpu"] = {(r.algorithm, r.setting) for r in runner.plan(
-      runner.load_config_file(os.path.join(ROOT, "experiments", "sweeps", "paper_cpu.py")),
-      str(tmp_path))}
+  cells["paper_cpu"] = {(r.algorithm, r.setting) for r in plan_lib.plan(
+      load_config_file(os.path.join(ROOT, "experiments", "sweeps", "paper_cpu.py")),
+      str(tmp_path), configs_dir=EXPERIMENTS)}
   files = {"paper_cpu": "experiments/sweeps/paper_cpu.py"}
   for claim in ledger.CLAIMS:
     for group in (claim.a, claim.b):
@@ -262,6 +268,7 @@ def test_gate_weights_differ_beyond_chance():
 
 def test_gates_claim_reads_gates_json(tmp_path):
   import json
+
   from fedjax_het.sweeps import claims
   rng = np.random.default_rng(1)
   for seed in range(3):
@@ -303,6 +310,7 @@ def test_spearman_with_ties_by_hand():
 def test_fidelity_claim_maps_types_to_clients(tmp_path):
   """Clients of 'tiny,cnn5' alternate types: the fidelity of group g goes to its clients."""
   import json
+
   from fedjax_het.sweeps import claims
   accs = {0: [0.9, 0.5, 0.8, 0.4], 1: [0.5, 0.9, 0.4, 0.8]}  # seed 1: the other way
   for seed, acc in accs.items():

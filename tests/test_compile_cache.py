@@ -1,6 +1,5 @@
 """The persistent compilation cache of runs and sweeps."""
 import os
-
 import subprocess
 import sys
 

@@ -1,7 +1,15 @@
-"""Config validation: bad values are rejected with the key and the valid choices."""
+"""The config: a leaf module of defaults, and its validation (bad values are rejected
+with the key and the valid choices, data sizes before any data is read)."""
+import ast
+import glob
+import os
+import subprocess
+import sys
+
 import pytest
 
 from fedjax_het import config as config_lib
+from fedjax_het import validation
 
 
 def _cfg(**overrides):
@@ -9,7 +17,7 @@ def _cfg(**overrides):
 
 
 def test_base_config_is_valid():
-  config_lib.validate(_cfg())
+  validation.validate(_cfg())
 
 
 @pytest.mark.parametrize("key,value,match", [
@@ -29,11 +37,11 @@ def test_base_config_is_valid():
 ])
 def test_bad_values_name_key_and_choices(key, value, match):
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(_cfg(**{key: value}))
+    validation.validate(_cfg(**{key: value}))
 
 
 def test_cifar100_allows_ten_classes_per_client():
-  config_lib.validate(_cfg(**{"data.name": "cifar100", "partition.classes_per_client": 10}))
+  validation.validate(_cfg(**{"data.name": "cifar100", "partition.classes_per_client": 10}))
 
 
 def test_unknown_keys_are_listed():
@@ -41,19 +49,19 @@ def test_unknown_keys_are_listed():
   c.unlock() if hasattr(c, "unlock") else None
   c.num_client = 3
   with pytest.raises(ValueError, match=r"unknown config keys \['num_client'\]"):
-    config_lib.validate(c)
+    validation.validate(c)
 
 
 def test_unknown_algo_key():
   c = _cfg()
   c.algo.d1 = 100
   with pytest.raises(ValueError, match=r"algo.d1"):
-    config_lib.validate(c)
+    validation.validate(c)
 
 
 def test_fedavg_refuses_heterogeneous_models():
   with pytest.raises(ValueError, match="model-homogeneous"):
-    config_lib.validate(_cfg(algorithm="fedavg", models="heterogeneous"))
+    validation.validate(_cfg(algorithm="fedavg", models="heterogeneous"))
 
 
 def test_variants():
@@ -62,6 +70,74 @@ def test_variants():
   cpu = config_lib.apply_variant(_cfg(), "cpu")
   assert (cpu.num_clients, cpu.num_rounds, cpu.data.subsample) == (10, 20, 6000)
   assert (cpu.momentum, cpu.weight_decay, cpu.grad_clip) == (0.9, 1e-3, 50.0)
-  config_lib.validate(cpu)
+  validation.validate(cpu)
   with pytest.raises(ValueError, match="valid: \\['cpu', 'smoke'\\]"):
     config_lib.apply_variant(_cfg(), "tiny")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_config_module_imports_nothing_of_the_library():
+  tree = ast.parse(open(os.path.join(ROOT, "fedjax_het", "config.py")).read())
+  imported = {alias.name.split(".")[0] for node in tree.body
+              if isinstance(node, ast.Import) for alias in node.names}
+  imported |= {node.module.split(".")[0] for node in tree.body
+               if isinstance(node, ast.ImportFrom)}
+  assert imported <= {"__future__", "ml_collections"}, imported
+  nested = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            and node not in tree.body]
+  assert not nested  # none hidden in a function either
+
+
+def test_experiment_config_files_load_without_the_library():
+  files = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py")))
+  configs = [f for f in files if "def get_config" in open(f).read()]
+  assert len(configs) >= 10
+  code = f"""
+import importlib.util, sys
+for path in {configs!r}:
+  spec = importlib.util.spec_from_file_location("cfg", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for arg in (None, "smoke", "cpu"):
+    assert module.get_config(arg).algorithm, path
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("fedjax_het", "jax"))
+assert loaded == ["fedjax_het", "fedjax_het.config"], loaded
+"""
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+  assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_data_args_are_the_data_layers_keywords():
+  import inspect
+
+  from fedjax_het.data import pool as pool_lib
+  c = _cfg()
+  for fn, args in ((pool_lib.load_pool, config_lib.pool_args(c)),
+                   (pool_lib.partition_clients, config_lib.partition_args(c)),
+                   (pool_lib.load_clients, config_lib.data_args(c))):
+    params = inspect.signature(fn).parameters
+    assert set(args) <= set(params), (fn.__name__, set(args) - set(params))
+    assert {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY} <= set(args), fn
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"data.public": 59995}, r"data.public=59995 leaves too few of the 60000 examples"),
+    ({"data.pool": "official", "data.validation": 49995},
+     r"data.validation=49995 leaves too few of the 50000 training examples"),
+    ({"data.pool": "official", "data.public": 49995},
+     r"data.public=49995 leaves too few of the 50000 examples"),
+    ({"data.subsample": 8, "partition.kind": "iid"}, r"num_clients=10 exceeds the 8"),
+    ({"data.subsample_per_class": 1, "num_clients": 12}, r"num_clients=12 exceeds the 10"),
+])
+def test_data_sizes_are_checked_before_any_data_is_read(overrides, match):
+  c = _cfg(**{"data.path": "/nonexistent/cifar10.npz", **overrides})
+  with pytest.raises(ValueError, match=match):
+    validation.validate(c)
+
+
+def test_a_partition_file_holds_out_no_public_set_itself():
+  validation.validate(_cfg(**{"data.public": 59995, "partition.kind": "file",
+                              "partition.path": "/nonexistent/p.npz"}))

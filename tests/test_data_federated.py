@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from fedjax_het import data as data_lib
-from fedjax_het.data.federated import (ClientIndex, FederatedData, Layout,
-                                       build_federated_data, group_clients, pad_table,
-                                       unpad_clients)
+from fedjax_het.data.federated import ClientIndex
+from fedjax_het.data.federated import FederatedData
+from fedjax_het.data.federated import Layout
+from fedjax_het.data.federated import build_federated_data
+from fedjax_het.data.federated import group_clients
+from fedjax_het.data.federated import pad_table
+from fedjax_het.data.federated import unpad_clients
 
 ARCHS = ["cnn1", "cnn2", "cnn3", "cnn4", "cnn5", "cnn1", "cnn2", "cnn3", "cnn4", "cnn5",
          "cnn1"]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from fedjax_het.data import sources
-from fedjax_het.data.sources import DataFormatError, DataNotFoundError
+from fedjax_het.data.sources import DataFormatError
+from fedjax_het.data.sources import DataNotFoundError
 
 THREE_WAYS = r"config\.data\.path.*FEDJAX_HET_DATA.*pip install -e '\.\[tfds\]'"
 
@@ -211,8 +212,9 @@ def test_npz_and_tfds_in_other_orders_give_the_same_rows_and_partition(tmp_path,
   parts = []
   for path in (str(tmp_path / "cifar10.npz"), str(tfds_dir)):
     c = config_lib.override(config_lib.base_config(), {"data.path": path, "num_clients": 4})
-    p = pool_lib.load_pool(c)
-    parts.append(pool_lib.partition_clients(c, p.y, p.num_classes, p.num_train)[:2])
+    p = pool_lib.load_pool(**config_lib.pool_args(c))
+    parts.append(pool_lib.partition_clients(p.y, p.num_classes, p.num_train,
+                                            **config_lib.partition_args(c))[:2])
   for a, b in zip(*[sum(p, []) for p in parts]):
     np.testing.assert_array_equal(a, b)
 

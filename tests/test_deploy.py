@@ -10,7 +10,6 @@ import pytest
 from fedjax_het.deploy import federation as fed_lib
 
 
-
 @pytest.fixture
 def small_fed(tiny_config):
   """FedMRL, 4 clients of one tiny architecture, synthetic data."""

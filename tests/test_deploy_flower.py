@@ -20,7 +20,6 @@ this module, submitted with ``flwr run`` (the ``runs`` fixture says in which ord
 ``Federation`` runs the command line (experiments/flower_federation.py), as
 tests/test_extending.py uses it. Every process is stopped at teardown.
 """
-import importlib.util
 import json
 import os
 import shutil
@@ -34,7 +33,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
-from fedjax_het.deploy import certs, flower, loopback  # noqa: E402
+from fedjax_het.deploy import certs  # noqa: E402
+from fedjax_het.deploy import flower  # noqa: E402
+from fedjax_het.deploy import loopback  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -26,7 +26,7 @@ from fedjax_het import distributed
 from fedjax_het.training import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fedjax_het.sweeps import runner as sweep  # noqa: E402
+from fedjax_het.config_files import flatten  # noqa: E402
 
 MAIN = os.path.join(ROOT, "experiments", "main.py")
 LAUNCH_TIMEOUT_S = 240
@@ -34,7 +34,7 @@ LAUNCH_TIMEOUT_S = 240
 
 def config_flags(config) -> list[str]:
   """``--config.key=value`` for every leaf of a config, so a subprocess runs exactly it."""
-  return [f"--config.{k}={v}" for k, v in sweep.flatten(config.to_dict()).items()]
+  return [f"--config.{k}={v}" for k, v in flatten(config.to_dict()).items()]
 
 
 def free_port() -> int:

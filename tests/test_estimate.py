@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
-from fedjax_het.sweeps import budget, runner
-from fedjax_het.training import estimate, loop
+from fedjax_het.sweeps import budget
+from fedjax_het.sweeps.plan import Run
+from fedjax_het.training import estimate
+from fedjax_het.training import experiment
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
@@ -18,7 +20,7 @@ import compare  # noqa: E402
 def test_step_flops_agree_with_the_analytic_count(tiny_config, algorithm):
   """XLA's count of one local step (lowered, loops counted once) against
   ``compare.train_flops_per_example`` (layer sizes): within 3 %."""
-  exp = loop.prepare(tiny_config(algorithm, models="cnn1"), place=False)
+  exp = experiment.prepare(tiny_config(algorithm, models="cnn1"), place=False)
   train, predict = estimate.step_flops(exp)
   analytic = compare.train_flops_per_example(algorithm, arch="cnn1")
   assert train[0] == pytest.approx(analytic, rel=0.03)
@@ -28,7 +30,7 @@ def test_step_flops_agree_with_the_analytic_count(tiny_config, algorithm):
 def test_run_cost_is_rounds_times_round_plus_evaluations(tiny_config):
   c = tiny_config("standalone", overrides={"num_rounds": 5, "eval_every": 2,
                                            "participation": 0.5, "local_epochs": 3})
-  exp = loop.prepare(c, place=False)
+  exp = experiment.prepare(c, place=False)
   cost = estimate.run_cost(exp)
   expected_round = 0.0
   for g, index in enumerate(exp.data.groups):
@@ -44,7 +46,7 @@ def test_run_cost_is_rounds_times_round_plus_evaluations(tiny_config):
 
 
 def test_calibration_times_the_runs_own_dispatch(tiny_config):
-  exp = loop.prepare(tiny_config("fedmrl", overrides={"num_rounds": 4}))
+  exp = experiment.prepare(tiny_config("fedmrl", overrides={"num_rounds": 4}))
   cal = estimate.calibrate(exp)
   assert cal.compile_s >= 0 and cal.round_s > 0 and math.isfinite(cal.flops_per_s)
   assert estimate.format_flops(3.2e15) == "3.2 PFLOP"
@@ -52,7 +54,7 @@ def test_calibration_times_the_runs_own_dispatch(tiny_config):
 
 
 def _run(algorithm, seed):
-  return runner.Run(algorithm, "N=10", seed, None, f"/x/{algorithm}/{seed}")
+  return Run(algorithm, "N=10", seed, None, f"/x/{algorithm}/{seed}")
 
 
 def test_plan_budget_by_hand():
@@ -60,7 +62,7 @@ def test_plan_budget_by_hand():
   costs = {"a|N=10": {"total_flops": 2e9}, "b|N=10": {"total_flops": 4e9}}
   cal = estimate.Calibration(compile_s=1.0, round_s=0.5, flops_per_s=1e9)
   lines = budget.plan_budget(runs, [[0, 1], [2]], costs, cal, budget_s=6.0)
-  assert [(l.positions, l.flops, l.seconds, l.cumulative, l.fits) for l in lines] == [
+  assert [(row.positions, row.flops, row.seconds, row.cumulative, row.fits) for row in lines] == [
       ((0, 1), 4e9, 5.0, 5.0, True), ((2,), 4e9, 5.0, 10.0, False)]
   text = budget.format_plan(runs, lines, cal, 6.0)
   assert text[0] == "calibration: compile 1s, 0.50 s per round, 0.001 TFLOP/s achieved"
@@ -70,7 +72,7 @@ def test_plan_budget_by_hand():
 
 
 def test_cell_costs_are_kept_for_the_next_call(tiny_config, tmp_path, monkeypatch):
-  runs = [runner.Run("standalone", "s", seed, tiny_config(overrides={"seed": seed}),
+  runs = [Run("standalone", "s", seed, tiny_config(overrides={"seed": seed}),
                      str(tmp_path / str(seed))) for seed in (0, 1)]
   first = budget.cell_costs(runs, [0, 1], str(tmp_path), log=lambda _: None)
   assert list(first) == ["standalone|s"] and first["standalone|s"]["total_flops"] > 0

@@ -16,12 +16,22 @@ import ml_collections
 import numpy as np
 import pytest
 
-from fedjax_het import algorithms, config as config_lib, models
+from fedjax_het import algorithms
+from fedjax_het import config as config_lib
+from fedjax_het import models
+from fedjax_het import validation
 from fedjax_het.algorithms import SPECS
-from fedjax_het.data import partition_file, sources
-from fedjax_het.data.augment import augment, crop
+from fedjax_het.config_files import load_config_file
+from fedjax_het.data import partition_file
+from fedjax_het.data import pool as pool_lib
+from fedjax_het.data import sources
+from fedjax_het.data.augment import augment
+from fedjax_het.data.augment import crop
+from fedjax_het.sweeps import plan as plan_lib
 from fedjax_het.sweeps import runner as sweep
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
+from fedjax_het.training import runfiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEDPROX = os.path.join(ROOT, "examples", "configs", "fedprox.py")
@@ -60,7 +70,7 @@ def small(c, data, name, **overrides):
 
 
 def fedprox_config(data, **overrides):
-  return small(sweep.load_config_file(FEDPROX), data, "gray28",
+  return small(load_config_file(FEDPROX), data, "gray28",
                **{"models": "tiny", **overrides})
 
 
@@ -86,7 +96,7 @@ except ValueError as err:
 import jax, numpy as np
 from fedjax_het import config as config_lib, register_algorithm
 from fedjax_het.data import make_synthetic
-from fedjax_het.training import loop
+from fedjax_het.training import experiment
 raw = make_synthetic(64, 32, 4, seed=0)
 np.savez("d.npz", x_train=raw.x_train, y_train=raw.y_train, x_test=raw.x_test,
          y_test=raw.y_test)
@@ -97,7 +107,7 @@ c = config_lib.override(config_lib.base_config(), {
     "num_clients": 2, "batch_size": 16, "partition.kind": "iid",
     "runtime.num_devices": 1})
 c.algo.mu, c.algo.aggregation = 0.01, "uniform"
-exp = loop.prepare(c)
+exp = experiment.prepare(c)
 state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
 state, metrics = jax.eval_shape(exp.algorithm.round, state, exp.data)
 assert metrics["train_loss"].shape == ()
@@ -215,7 +225,7 @@ def test_own_algorithm_through_main_on_grayscale_images(gray28, tmp_path):
 
 def test_own_algorithm_keys_are_validated_like_the_builtins(gray28):
   c = fedprox_config(gray28)
-  config_lib.validate(c)
+  validation.validate(c)
   spec = algorithms.get_spec(c.algorithm)
   assert spec.hparams == {"mu": 0.01, "aggregation": "weighted"}
   bad = [({"algo.nu": 1.0}, r"unknown config keys \['algo.nu'\]; valid keys are "
@@ -231,7 +241,7 @@ def test_own_algorithm_keys_are_validated_like_the_builtins(gray28):
     else:
       config_lib.override(c, overrides)
     with pytest.raises(ValueError, match=match):
-      config_lib.validate(c)
+      validation.validate(c)
 
 
 @pytest.mark.parametrize("ref,match", [
@@ -249,7 +259,7 @@ def test_bad_algorithm_references_are_named(ref, match):
   c = config_lib.base_config()
   c.algorithm = ref
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(c)
+    validation.validate(c)
 
 
 def test_main_says_where_a_module_must_be_importable_from(tmp_path):
@@ -263,13 +273,14 @@ def test_main_says_where_a_module_must_be_importable_from(tmp_path):
 
 
 def test_register_algorithm_and_architecture_in_python(gray28, monkeypatch):
-  from examples import fedprox, my_models
+  from examples import fedprox
+  from examples import my_models
   monkeypatch.setattr(algorithms, "REGISTERED", {})
   monkeypatch.setattr(models.registry, "REGISTERED", {})
   algorithms.register_algorithm("fedprox", fedprox.SPEC)
   models.register_architecture("mlp", my_models.mlp)
   c = fedprox_config(gray28, algorithm="fedprox", models="mlp")
-  config_lib.validate(c)
+  validation.validate(c)
   assert models.client_archs("mlp,tiny", 3) == ["mlp", "tiny", "mlp"]
   with pytest.raises(ValueError, match="'fedavg' is a built-in algorithm"):
     algorithms.register_algorithm("fedavg", fedprox.SPEC)
@@ -284,7 +295,7 @@ def test_register_algorithm_and_architecture_in_python(gray28, monkeypatch):
 
 
 def test_fedmrl_over_own_model_family_on_64x64_rgb(rgb64, tmp_path):
-  c = small(sweep.load_config_file(os.path.join(ROOT, "experiments", "fedmrl.py")), rgb64,
+  c = small(load_config_file(os.path.join(ROOT, "experiments", "fedmrl.py")), rgb64,
             "rgb64", models="examples.my_models:assign", num_clients=2,
             **{"algo.small_arch": "examples.my_models:mlp", "partition.kind": "iid"})
   summary = loop.run(c, str(tmp_path), log=lambda s: None)
@@ -309,7 +320,7 @@ def test_every_algorithm_traces_on_grayscale_images(tmp_path):
     if name == "moss":
       config_lib.override(c, {"data.public": 16, "algo.public_size": 16,
                               "algo.public_batch": 8, "algo.wire_layers": "rep"})
-    exp = loop.prepare(c)
+    exp = experiment.prepare(c)
     state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
     state, metrics = jax.eval_shape(exp.algorithm.round, state, exp.data)
     assert metrics["train_loss"].shape == (), name
@@ -325,10 +336,10 @@ def test_bad_architectures_are_named_before_anything_runs(gray28, monkeypatch):
     models.check_architectures(["cnn1"], (12, 12, 1), 10)
   with pytest.raises(ValueError, match=r"config.models='examples.my_models:nope': "
                                        r"'examples.my_models' has no attribute 'nope'"):
-    config_lib.validate(fedprox_config(gray28, models="examples.my_models:nope"))
+    validation.validate(fedprox_config(gray28, models="examples.my_models:nope"))
   with pytest.raises(ValueError, match=r"config.algo.small_arch='resnet' is invalid: valid "
                                        r"choices are \['cnn1', .*'package.module:factory'"):
-    config_lib.validate(small(config_lib.base_config(), gray28, "gray28", algorithm="fedmrl",
+    validation.validate(small(config_lib.base_config(), gray28, "gray28", algorithm="fedmrl",
                               models="tiny", **{"algo.small_arch": "resnet"}))
   with pytest.raises(ValueError, match=r"gives client 1 'resnet', which is no architecture"):
     models.client_archs("examples.my_models:BAD", 2)
@@ -364,7 +375,7 @@ def test_bad_arrays_are_named_before_any_compute(tmp_path, edits, num_classes, m
   c = small(config_lib.base_config(), _npz(tmp_path / "mine.npz", **edits), "mine",
             **{"data.num_classes": num_classes, "partition.kind": "iid"})
   with pytest.raises(sources.DataFormatError, match=match):
-    loop.prepare(c)
+    experiment.prepare(c)
 
 
 @pytest.mark.parametrize("key,value,match", [
@@ -375,18 +386,18 @@ def test_bad_arrays_are_named_before_any_compute(tmp_path, edits, num_classes, m
 ])
 def test_bad_dataset_keys(key, value, match):
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(config_lib.override(config_lib.base_config(), {key: value}))
+    validation.validate(config_lib.override(config_lib.base_config(), {key: value}))
 
 
 def test_given_classes_and_statistics_are_used(gray28):
   c = small(config_lib.base_config(), gray28, "gray28", models="tiny",
             **{"data.num_classes": 12, "data.mean": "0.25", "data.std": "0.5"})
-  exp = loop.prepare(c)
+  exp = experiment.prepare(c)
   assert exp.runtime.layout.num_classes == 12 and exp.runtime.layout.image_shape == (28, 28, 1)
   assert exp.runtime.normalization == ((0.25,), (0.5,))
   with pytest.raises(sources.DataFormatError, match=r"data.mean='0.25,0.5' has 2 values but "
                                                     r"the images of 'gray28' have 1"):
-    loop.prepare(config_lib.override(c, {"data.mean": "0.25,0.5", "data.std": "1,1"}))
+    experiment.prepare(config_lib.override(c, {"data.mean": "0.25,0.5", "data.std": "1,1"}))
 
 
 def test_a_silo_lays_out_only_builtin_datasets_without_data(gray28):
@@ -421,17 +432,17 @@ def test_an_exported_partition_gives_the_run_its_clients_back(gray28, tmp_path):
   index arrays on the devices; nothing else of a run depends on partition.kind (seed
   and round key everything), so it is the same run (docs/extending.md shows one)."""
   first = fedprox_config(gray28)
-  exp = loop.prepare(first)
-  loop.write_partition(str(tmp_path), exp)
+  exp = experiment.prepare(first)
+  runfiles.write_partition(str(tmp_path), exp)
   exported = str(tmp_path / partition_file.INDICES_FILE)
-  again = loop.prepare(fedprox_config(gray28, **{"partition.kind": "file",
+  again = experiment.prepare(fedprox_config(gray28, **{"partition.kind": "file",
                                                  "partition.path": exported}))
   same = jax.tree.map(np.array_equal, jax.device_get(exp.data),
                             jax.device_get(again.data))
   assert all(jax.tree.leaves(same))
   np.testing.assert_array_equal(exp.class_counts, again.class_counts)
   from examples import take_partition
-  pool = loop.load_pool(first)
+  pool = pool_lib.load_pool(**config_lib.pool_args(first))
   with np.load(exported) as f, np.load(gray28) as source:
     assert int(f["pool_size"]) == len(f["pool_row"]) == len(pool.y) == 300
     for k in range(4):  # the source file's own labels of each client's examples
@@ -447,7 +458,7 @@ def test_own_partition_file_as_npz_and_json(gray28, tmp_path):
   assert len(tables.train) == 4 and tables.pool_size == 300
   partition_file.save(str(tmp_path / "shards.json"), tables)
   for path in ("shards.npz", "shards.json"):
-    exp = loop.prepare(fedprox_config(gray28, **{"partition.kind": "file",
+    exp = experiment.prepare(fedprox_config(gray28, **{"partition.kind": "file",
                                                 "partition.path": str(tmp_path / path)}))
     # 2 label-sorted shards of 37 examples, classes of about 30: at most 6 classes
     assert (exp.class_counts[:, 0] > 0).sum(axis=1).max() <= 6
@@ -457,7 +468,7 @@ def test_own_partition_file_as_npz_and_json(gray28, tmp_path):
 
 def test_partition_cli(gray28, tmp_path):
   out = subprocess.run([sys.executable, "examples/make_partition.py", f"--config={FEDPROX}",
-                        f"--config.data.name=gray28", f"--config.data.path={gray28}",
+                        "--config.data.name=gray28", f"--config.data.path={gray28}",
                         "--config.data.subsample_per_class=0", "--config.num_clients=3",
                         f"--out={tmp_path}/p.json"], capture_output=True, text=True,
                        timeout=120, cwd=ROOT)
@@ -503,11 +514,11 @@ def test_partition_file_against_the_run(gray28, tmp_path):
       partition_file.read(path, **{**dict(num_clients=2, pool_size=10), **kwargs})
   with pytest.raises(ValueError, match=r"partition.path=.* a partition file is read only "
                                        r"with partition.kind='file'"):
-    config_lib.validate(fedprox_config(gray28, **{"partition.path": path}))
+    validation.validate(fedprox_config(gray28, **{"partition.path": path}))
   mine = tmp_path / "mine.json"  # no pool size or fingerprint: only the tables are checked
   mine.write_text(json.dumps(TABLES))
   with pytest.raises(ValueError, match=r"holds 2 clients; config.num_clients=4"):
-    loop.prepare(fedprox_config(gray28, **{"partition.kind": "file",
+    experiment.prepare(fedprox_config(gray28, **{"partition.kind": "file",
                                            "partition.path": str(mine)}))
 
 
@@ -515,7 +526,7 @@ def test_partition_file_against_the_run(gray28, tmp_path):
 
 
 def test_sweep_runs_own_algorithm(gray28, tmp_path):
-  c = sweep.load_config_file(os.path.join(ROOT, "examples", "configs", "sweep.py"))
+  c = load_config_file(os.path.join(ROOT, "examples", "configs", "sweep.py"))
   c.algorithms = [FEDPROX]  # the built-in rows run through the same code
   c.seeds = (0,)
   c.base_overrides = ml_collections.ConfigDict({
@@ -525,7 +536,7 @@ def test_sweep_runs_own_algorithm(gray28, tmp_path):
   results = sweep.run_sweep(c, str(tmp_path), log=lambda s: None)
   assert [(r["algorithm"], r["status"]) for r in results] == [("fedprox", "done")]
   # the run's exported partition given back reproduces it (its compilation is cached)
-  run = sweep.plan(c, str(tmp_path))[0]
+  run = plan_lib.plan(c, str(tmp_path))[0]
   again = config_lib.override(run.config, {
       "partition.kind": "file",
       "partition.path": os.path.join(run.workdir, partition_file.INDICES_FILE)})
@@ -537,7 +548,8 @@ def test_sweep_runs_own_algorithm(gray28, tmp_path):
 @pytest.mark.xdist_group("flower")
 def test_flower_deploys_own_algorithm_as_the_simulator_runs_it(gray28, tmp_path):
   pytest.importorskip("flwr")
-  from test_deploy_flower import Federation, free_port
+  from test_deploy_flower import Federation
+  from test_deploy_flower import free_port
   flags = [f"--config={FEDPROX}:smoke", "--config.models=tiny", "--config.num_clients=2",
            "--config.num_rounds=1", "--config.data.name=gray28",
            f"--config.data.path={gray28}", "--config.data.subsample_per_class=0"]

@@ -3,10 +3,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het.algorithms import fedmoe
-from fedjax_het.training import loop
-from conftest import assert_server_holds_no_client_leaf
+from fedjax_het.training import experiment
+from fedjax_het.training import program
 
 
 def _net():
@@ -56,9 +57,9 @@ def test_gate_gets_its_own_learning_rate():
 
 
 def test_round_compiles_once_and_gate_analysis(tiny_config):
-  exp = loop.prepare(tiny_config("fedmoe", overrides={"algo.global_arch": "tiny",
+  exp = experiment.prepare(tiny_config("fedmoe", overrides={"algo.global_arch": "tiny",
                                                       "algo.gating_hidden": 8}))
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
   for _ in range(2):

@@ -4,10 +4,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from fedjax_het.algorithms import fedmrl
-from fedjax_het.training import loop
 from conftest import assert_server_holds_no_client_leaf
+
+from fedjax_het import config as config_lib
+from fedjax_het import validation
+from fedjax_het.algorithms import fedmrl
+from fedjax_het.algorithms.shared import weighted_average
+from fedjax_het.training import experiment
+from fedjax_het.training import program
 
 
 def _nets(use_mrl=True, d1=20, dtype=jnp.float32):
@@ -66,7 +70,7 @@ def test_uplink_holds_only_the_shared_model():
 
 def test_aggregate_by_hand():
   ups = [{"w": jnp.array([[1.0], [3.0]])}, {"w": jnp.array([[5.0]])}]
-  out = fedmrl.aggregate(ups, [jnp.array([1.0, 1.0]), jnp.array([2.0])])
+  out = weighted_average(ups, [jnp.array([1.0, 1.0]), jnp.array([2.0])])
   np.testing.assert_allclose(out["w"], [(1 + 3 + 2 * 5) / 4])
 
 
@@ -78,9 +82,9 @@ def test_inference_modes_predict(inference):
 
 
 def test_round_compiles_once_and_sends_theta(tiny_config):
-  exp = loop.prepare(tiny_config("fedmrl", overrides={"algo.d1": 20,
+  exp = experiment.prepare(tiny_config("fedmrl", overrides={"algo.d1": 20,
                                                       "algo.small_arch": "tiny"}))
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
   theta0 = state.server
@@ -113,4 +117,21 @@ def test_last_client_aggregation_returns_one_sampled_clients_theta():
   picked = {float(fedmrl.last_client(uploads, weights, jax.random.PRNGKey(s))["w"][0])
             for s in range(40)}
   assert picked == {1.0, 2.0, 3.0}  # any real slot, never padding, whatever its weight
-  np.testing.assert_allclose(fedmrl.aggregate(uploads, weights)["w"], [(5 + 2 + 6) / 8])
+  np.testing.assert_allclose(weighted_average(uploads, weights)["w"], [(5 + 2 + 6) / 8])
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("d1", 0, r"algo.d1=0 must be in \[1, 500\]"),
+    ("d1", 501, r"algo.d1=501 must be in \[1, 500\]"),
+    ("inference", "mix", r"algo.inference"),
+    ("aggregation", "median", r"algo.aggregation"),
+])
+def test_bad_algo_values_fail_at_validation(key, value, match):
+  """FedMRL's values are checked with the config (``Spec.check``), before any compute."""
+  c = config_lib.base_config()
+  c.algorithm = "fedmrl"
+  c.algo[key] = value
+  with pytest.raises(ValueError, match=match):
+    validation.validate(c)
+  with pytest.raises(ValueError, match=match):  # the hook alone, choices not consulted
+    fedmrl.check(c)

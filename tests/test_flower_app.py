@@ -15,10 +15,13 @@ import pytest
 from fedjax_het.deploy import federation as fed_lib
 
 flower = pytest.importorskip("fedjax_het.deploy.flower")
-from flwr.app import Error, Message, RecordDict  # noqa: E402
+from flwr.app import Error  # noqa: E402
+from flwr.app import Message  # noqa: E402
+from flwr.app import RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from fedjax_het.deploy import certs, loopback  # noqa: E402
+from fedjax_het.deploy import certs  # noqa: E402
+from fedjax_het.deploy import loopback  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
 
@@ -152,8 +155,8 @@ def test_config_file_and_overrides_as_the_command_line_gives_them(tmp_path):
 def test_throwaway_certificates_chain_and_node_keys(tmp_path):
   from cryptography import x509
   from cryptography.hazmat.primitives.asymmetric import ec
-  from cryptography.hazmat.primitives.serialization import (load_ssh_private_key,
-                                                            load_ssh_public_key)
+  from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+  from cryptography.hazmat.primitives.serialization import load_ssh_public_key
   tls = certs.make_tls(str(tmp_path / "tls"))
   ca = x509.load_pem_x509_certificate(open(tls.ca_cert, "rb").read())
   server = x509.load_pem_x509_certificate(open(tls.server_cert, "rb").read())

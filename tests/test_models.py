@@ -217,6 +217,7 @@ def test_normalize_values():
 
 def test_im2col_conv_equals_lax_conv_with_the_same_parameters():
   import flax.linen as nn
+
   from fedjax_het.models import cnn
 
   class One(nn.Module):
@@ -240,6 +241,7 @@ def test_reshape_max_pool_equals_nn_max_pool_with_its_gradient(shape):
   """Values and gradients equal ``nn.max_pool``'s, ties included (first maximum of a
   window in row-major order), odd sizes dropping the last row / column."""
   import flax.linen as nn
+
   from fedjax_het.models import cnn
 
   x = jax.random.normal(jax.random.PRNGKey(0), shape)

@@ -5,13 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import models
 from fedjax_het.algorithms import moss as moss_lib
 from fedjax_het.algorithms import moss_wire as wire
 from fedjax_het.models.registry import ArchSpec
-from fedjax_het.training import loop
-from conftest import assert_server_holds_no_client_leaf
+from fedjax_het.training import experiment
+from fedjax_het.training import program
 
 LAYERS = ("conv1", "conv2", "rep")
 
@@ -105,10 +106,10 @@ def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_ar
   c = tiny_config("moss", models="tiny,tiny2", overrides={
       "data.public": 32, "algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
       "algo.wire_layers": "conv2,rep"})
-  exp = loop.prepare(c)
+  exp = experiment.prepare(c)
   alg, rt = exp.algorithm, exp.runtime
   assert rt.layout.archs == ("tiny", "tiny2")
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   # proxy = the larger device architecture
   sizes = [models.count_params(state.server["types"][g]) for g in range(2)]
@@ -137,8 +138,8 @@ def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
   c = tiny_config("moss", models="tiny,tiny2", overrides={
       "data.public": 16, "algo.public_size": 16, "algo.mapping": "naive",
       "algo.aggregation": "uniform"})
-  exp = loop.prepare(c)
-  init, *_ = loop.compile_fns(exp)
+  exp = experiment.prepare(c)
+  init = program.compile_fns(exp).init
   state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
   np.testing.assert_allclose(m["file_weights"], [0.5, 0.5])
   assert state.server["wire"] == ()
@@ -149,12 +150,12 @@ def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
 
 
 def test_moss_without_a_held_out_public_set_is_refused_before_data(tiny_config):
-  from fedjax_het import config as config_lib
+  from fedjax_het import validation
   with pytest.raises(ValueError, match=r"data.public=0 is invalid: Moss needs a public set"):
-    config_lib.validate(tiny_config("moss", "tiny"))
+    validation.validate(tiny_config("moss", "tiny"))
   with pytest.raises(ValueError, match=r"algo.public_size=500"):
-    config_lib.validate(tiny_config("moss", "tiny", {"data.public": 100}))
-  config_lib.validate(tiny_config("moss", "tiny", {"data.public": 500}))
+    validation.validate(tiny_config("moss", "tiny", {"data.public": 100}))
+  validation.validate(tiny_config("moss", "tiny", {"data.public": 500}))
 
 
 def test_synthetic_images_are_fixed_smooth_colour_fields():
@@ -172,23 +173,23 @@ def test_synthetic_images_are_fixed_smooth_colour_fields():
 
 
 def test_synthetic_public_domain_needs_no_held_out_images(tiny_config, two_tiny_archs):
-  from fedjax_het import config as config_lib
+  from fedjax_het import validation
   from fedjax_het.models.preprocess import normalize
   c = tiny_config("moss", models="tiny,tiny2", overrides={
       "algo.public_domain": "synthetic", "algo.public_size": 16,
       "algo.public_batch": 8, "algo.wire_steps": 1, "algo.wire_layers": "conv2,rep"})
-  config_lib.validate(c)  # data.public = 0: no image of the dataset is public
-  exp = loop.prepare(c)
+  validation.validate(c)  # data.public = 0: no image of the dataset is public
+  exp = experiment.prepare(c)
   rng = jax.random.PRNGKey(5)
   public = exp.algorithm.protocol.server_data(exp.data, rng)
   expected = normalize(moss_lib.synthetic_images(
       jax.random.fold_in(rng, moss_lib.PUBLIC_SEED), 16, (32, 32, 3)),
       exp.runtime.normalization)
   np.testing.assert_allclose(public, expected, rtol=1e-6)
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
   assert float(m["public_overlap"]) == 0.0 and np.isfinite(float(m["train_loss"]))
   assert np.all(np.isfinite(np.asarray(m["fidelity"])))
   with pytest.raises(ValueError, match="public_domain"):
-    config_lib.validate(tiny_config("moss", "tiny", {"algo.public_domain": "imagenet",
+    validation.validate(tiny_config("moss", "tiny", {"algo.public_domain": "imagenet",
                                                      "data.public": 500}))

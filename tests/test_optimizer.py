@@ -5,7 +5,8 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_het.algorithms import base, fedmoe
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedmoe
 from fedjax_het.data.federated import Layout
 
 

@@ -119,7 +119,7 @@ def test_compare_rejects_unknown_or_ambiguous_baseline():
 def test_markdown_table_and_per_seed(sweep_dir):
   text = paired.paired_report(sweep_dir, "a", last_k=2, per_seed=True)
   first_table = text.split("Where each difference is going")[0]
-  table = [l for l in first_table.splitlines() if l.startswith("| fedmrl")]
+  table = [line for line in first_table.splitlines() if line.startswith("| fedmrl")]
   assert table == ["| fedmrl | b | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
                    "+1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 |"]
   assert text.startswith("Each row: the method in the setting minus the same method in "

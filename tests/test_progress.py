@@ -1,7 +1,9 @@
 """Progress lines with a fake clock (nothing here is timed)."""
 import re
 
-from fedjax_het.sweeps import runner
+import pytest
+
+from fedjax_het.sweeps import eta
 from fedjax_het.training import metrics
 
 
@@ -81,14 +83,30 @@ def test_a_run_of_one_round_ends_with_no_eta_to_wait_for():
                        "7s with compilation | eta 0s")
 
 
-def test_the_sweep_still_reads_the_round_of_every_line():
-  p, clock, lines = progress(total=30)
+def test_the_sweep_projects_its_eta_from_the_loops_progress_callback():
+  """As ``loop.run`` calls them: ``on_progress(r, R)``, then the dispatch's line."""
+  clock, lines = FakeClock(), []
+  log, on_progress = eta.prefixed_log(lines.append, "[1/2] x", clock,
+                                      lambda now, projected: eta.sweep_eta([], 1, now,
+                                                                           projected))
+  p = metrics.Progress(30, 0, log, clock=clock)
+  projected = []
   for r, t in ((1, 9.0), (2, 10.0), (3, 11.0)):
     clock.now = t
+    on_progress(r, 30)
     p.update(r, 0.5 if r == 2 else None, 1.0, acc_round=2 if r > 1 else None)
-  assert [runner.ROUND_RE.match(line).groups() for line in lines] == [
-      ("1", "30"), ("2", "30"), ("3", "30")]
+    projected.append(on_progress.seconds)
+  # compilation and round 1 took 9 s, then 1 s a round: 9 + 29 = 38 s a run
+  assert projected[0] is None and projected[1:] == pytest.approx([38.0, 38.0])
+  # a line carries the projection up to its own dispatch: none after round 1 alone, then
+  # this run's rest and the next run: 38 + (38 - 10) at round 2, 38 + (38 - 11) at round 3
+  assert [line.rsplit("sweep ETA ", 1)[1] for line in lines] == ["?", "1m06s", "1m05s"]
+  assert [line.split(" | ")[1] for line in lines] == ["round 1/30", "round 2/30", "round 3/30"]
+  assert all(line.startswith("[1/2] x | round ") for line in lines)
   assert all(re.search(r"\| eta \S", line) for line in lines)
+  clock.now = 12.0  # the batch's seeds run again one by one: the projection restarts
+  on_progress(1, 30)
+  assert on_progress.seconds is None
 
 
 def test_cpu_hint():

@@ -14,10 +14,16 @@ import pytest
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import SPECS, base, fedavg, fedkd, moss, standalone
+from fedjax_het.algorithms import SPECS
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import fedavg
+from fedjax_het.algorithms import fedkd
+from fedjax_het.algorithms import moss
+from fedjax_het.algorithms import standalone
 from fedjax_het.data.federated import Layout
 from fedjax_het.models.registry import ArchSpec
-from fedjax_het.training import loop
+from fedjax_het.training import experiment as experiment_lib
+from fedjax_het.training import program
 
 SMALL_SHARED = {"algo.small_arch": "tiny", "algo.rep_dim": 16}
 OVERRIDES = {  # keep every model tiny; the default (none) suits the rest
@@ -113,7 +119,7 @@ def test_threefry_draws_the_same_batched_or_not(partitionable):
 
 @pytest.fixture
 def experiment(tiny_config, monkeypatch):
-  """``make(name) -> loop.Experiment`` of 8 clients with tiny models.
+  """``make(name) -> experiment_lib.Experiment`` of 8 clients with tiny models.
 
   Two architecture groups (one for FedAvg); half of each group is sampled per round, so
   sampling and the simulator's padding slots matter.
@@ -123,7 +129,7 @@ def experiment(tiny_config, monkeypatch):
   def make(name):
     archs = "tiny" if SPECS[name].homogeneous_only else "tiny,tiny2"
     overrides = {**OVERRIDES.get(name, {}), "participation": 0.5}
-    return loop.prepare(tiny_config(name, archs, overrides))
+    return experiment_lib.prepare(tiny_config(name, archs, overrides))
   return make
 
 
@@ -202,7 +208,8 @@ def test_a_deployment_of_the_protocol_matches_the_simulator(experiment, vmap_inv
                                                            name):
   exp = experiment(name)
   rt, alg, data = exp.runtime, exp.algorithm, exp.data
-  init, _, evaluate, _ = loop.compile_fns(exp)
+  fns = program.compile_fns(exp)
+  init, evaluate = fns.init, fns.evaluate
   rng = jax.random.PRNGKey(0)
   state = init(rng)
   host, host_data = jax.device_get((state, data))

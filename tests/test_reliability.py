@@ -182,9 +182,9 @@ def test_non_finite_stops_with_round_and_group_keeping_good_checkpoints(
 
 
 def test_a_key_newer_than_a_checkpoint_counts_at_its_default():
-  from fedjax_het import config as config_lib
+  from fedjax_het import validation
   from fedjax_het.training import checkpoint as ckpt
-  defaults = config_lib.flat_defaults("fedmrl")
+  defaults = validation.flat_defaults("fedmrl")
   assert defaults["algo.aggregation"] == "paper" and defaults["drop_last"] is False
   saved = {"num_clients": 10}
   assert ckpt.fingerprint_diff(saved, {"num_clients": 10, "drop_last": False},

@@ -10,8 +10,16 @@ import pytest
 
 from fedjax_het.data import federated
 from fedjax_het.sweeps import runner
+from fedjax_het.sweeps.plan import Run
 from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
+from fedjax_het.training import program
+from fedjax_het.training import runfiles
+
+# the algorithms a sweep names (``standalone``) are config files here
+EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "experiments")
 
 
 def _rows(workdir):
@@ -68,8 +76,13 @@ def test_stack_replicas_shares_an_identical_pool():
   assert axes.x == 0 and data.x.shape == (2,) + x.shape
 
 
+@pytest.fixture(autouse=True)
+def _cheap_groups(two_tiny_groups):
+  """Every run here has two groups of tiny models ('tiny,tiny2')."""
+
+
 def _config(tiny_config, seed, **overrides):
-  return tiny_config("fedmrl", overrides={
+  return tiny_config("fedmrl", "tiny,tiny2", overrides={
       "seed": seed, "num_rounds": 3, "participation": 0.5, "momentum": 0.9,
       "data.augment": "flip_crop_erase", "checkpoint_every": 2, **overrides})
 
@@ -82,7 +95,7 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
   axes = federated.FederatedData(x=None, y=0, groups=())
   state = np.array([10.0, 20.0])
   fn = lambda s, d: (s + d.x.sum() * d.y[0], d.y * s)  # noqa: E731
-  outs = [jax.jit(loop.map_replicas(fn, axes, p))(state, data)
+  outs = [jax.jit(program.map_replicas(fn, axes, p))(state, data)
           for p in ("sequential", "vmap")]
   chex.assert_trees_all_close(outs[0], outs[1])
   chex.assert_trees_all_close(outs[0][0], np.array([10.0 + 15.0, 20.0 + 45.0]))
@@ -96,7 +109,7 @@ def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, thre
   configs = [_config(tiny_config, s) for s in seeds]
   for c in configs:
     c.runtime.client_parallelism = parallelism
-  widths = {tuple(g.train_idx.shape[1] for g in loop.prepare(c, place=False).data.groups)
+  widths = {tuple(g.train_idx.shape[1] for g in experiment.prepare(c, place=False).data.groups)
             for c in configs}
   assert len(widths) > 1  # the seeds' tables have other widths: padding is exercised
   separate = [loop.run(c, str(tmp_path / f"sep{s}"), log=lambda _: None)
@@ -139,16 +152,17 @@ def test_run_seeds_refuses_other_differences_and_unaligned_checkpoints(tiny_conf
 
 
 def test_evaluation_inside_the_dispatch_equals_the_host_evaluation(tiny_config, tmp_path):
-  config = tiny_config("fedmoe", overrides={"num_rounds": 3, "eval_every": 2})
+  config = tiny_config("fedmoe", "tiny,tiny2", overrides={"num_rounds": 3, "eval_every": 2})
   summary = loop.run(config, str(tmp_path / "run"), log=lambda _: None)
   assert [r["round"] for r in _rows(tmp_path / "run")] == [2, 3]
-  exp = loop.prepare(config)
-  _, _, evaluate, abstract = loop.compile_fns(exp)
+  exp = experiment.prepare(config)
+  fns = program.compile_fns(exp)
+  evaluate, abstract = fns.evaluate, fns.abstract
   ckpt = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints"), max_to_keep=2,
-                               fingerprint=loop.fingerprint(exp))
+                               fingerprint=runfiles.fingerprint(exp))
   state, _ = ckpt.restore_latest(abstract)
   ckpt.close()
-  acc = loop.per_client_accuracy(exp, evaluate(state, exp.data))
+  acc = program.per_client_accuracy(exp, evaluate(state, exp.data))
   np.testing.assert_allclose(summary["per_client_test_acc"], acc, atol=1e-7)
   np.testing.assert_allclose(summary["final_mean_test_acc"], acc.mean(), atol=1e-6)
 
@@ -163,7 +177,8 @@ def test_log_every_bounds_the_rounds_between_progress_lines(tiny_config, tmp_pat
 
 
 def test_deadline_checkpoints_and_the_rerun_continues(tiny_config, tmp_path):
-  config = tiny_config("fedmrl", overrides={"num_rounds": 3, "checkpoint_every": 0})
+  config = tiny_config("fedmrl", "tiny,tiny2", overrides={"num_rounds": 3,
+                                                         "checkpoint_every": 0})
   full = loop.run(config, str(tmp_path / "full"), log=lambda _: None)
   with pytest.raises(loop.DeadlineReached, match="after round 1 of 3") as err:
     loop.run(config, str(tmp_path / "part"), log=lambda _: None, deadline=time.time())
@@ -175,7 +190,7 @@ def test_deadline_checkpoints_and_the_rerun_continues(tiny_config, tmp_path):
 
 
 def _fake_runs():
-  return [runner.Run(a, s, seed, None, f"/x/{a}/{s}/{seed}")
+  return [Run(a, s, seed, None, f"/x/{a}/{s}/{seed}")
           for s in ("N=10", "N=50") for seed in (0, 1, 2) for a in ("fd", "fedmrl")]
 
 
@@ -190,7 +205,7 @@ def test_batches_group_a_cells_unfinished_seeds_in_order():
                                    order=lambda r: (r.algorithm != "fedmrl", r.seed))
   assert by_method_first == [[1, 3, 5], [7, 9, 11], [6, 8, 10], [2, 4]]  # by first seed
   assert runner.batch_prefix([1, 3, 5], 12, runs) == "[2,4,6/12] fedmrl | N=10 | seeds 0,1,2"
-  cell = [runner.Run("fedmrl", "N=10", seed, None, "") for seed in (0, 1, 2)]
+  cell = [Run("fedmrl", "N=10", seed, None, "") for seed in (0, 1, 2)]
   assert runner.batch_prefix([0, 1, 2], 3, cell) == "[1-3/3] fedmrl | N=10 | seeds 0,1,2"
 
 
@@ -203,8 +218,10 @@ def test_sweep_stops_at_its_deadline_and_continues(synthetic_npz, tmp_path):
       "base_overrides": ml_collections.ConfigDict({"data.path": synthetic_npz},
                                                   allow_dotted_keys=True)})
   lines = []
-  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, deadline=time.time())
+  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, deadline=time.time(),
+                          configs_dir=EXPERIMENTS)
   assert rows == [] and "the time budget is used up; 2 runs left" in lines[-1]
-  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, seed_batch=2)
+  rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, seed_batch=2,
+                          configs_dir=EXPERIMENTS)
   assert [(r["seed"], r["status"]) for r in rows] == [(0, "done"), (1, "done")]
   assert any("[1-2/2] standalone | N=4 | seeds 0,1 | start" in line for line in lines)

@@ -11,15 +11,25 @@ import pytest
 from matplotlib import image as mpimg
 
 from fedjax_het import config as config_lib
+from fedjax_het.data import pool as pool_lib
 from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import experiment
 from fedjax_het.training import loop
 from fedjax_het.training import metrics as metrics_lib
+from fedjax_het.training import program
+from fedjax_het.training import runfiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fedjax_het import config_files  # noqa: E402
+from fedjax_het.sweeps import eta as eta_lib  # noqa: E402
 from fedjax_het.sweeps import paired  # noqa: E402
+from fedjax_het.sweeps import plan as plan_lib  # noqa: E402
 from fedjax_het.sweeps import plots  # noqa: E402
 from fedjax_het.sweeps import results_page  # noqa: E402
 from fedjax_het.sweeps import runner as sweep  # noqa: E402
+from fedjax_het.sweeps import tables  # noqa: E402
+
+EXPERIMENTS = os.path.join(ROOT, "experiments")  # the algorithms sweep files name
 
 SETTING = "N=4,C=100%"
 CELL = re.compile(r"^(\*\*)?\d+\.\d\d ± \d+\.\d\d(\*\*)?$")
@@ -31,13 +41,13 @@ def _row(algorithm, setting, seed, acc, status="done", sampled=None):
           "final_sampled_test_acc": sampled, "best_sampled_test_acc": sampled,
           "rounds_completed": 2, "uplink_params": 1.0, "downlink_params": 2.0,
           "compile_s": 1.5, "wall_s": 3.0,
-          "workdir": f"{algorithm}/{sweep.slug(setting)}/seed{seed}"}
+          "workdir": f"{algorithm}/{plan_lib.slug(setting)}/seed{seed}"}
 
 
 def _table_cells(markdown):
   """[[cells]] of the first Markdown table in ``markdown`` (header row first)."""
-  lines = [l for l in markdown.splitlines() if l.startswith("|")]
-  return [[c.strip() for c in l.strip("|").split("|")] for l in lines if "---" not in l]
+  lines = [line for line in markdown.splitlines() if line.startswith("|")]
+  return [[c.strip() for c in line.strip("|").split("|")] for line in lines if "---" not in line]
 
 
 def _metrics(rounds, accs, comm=10.0, wall=1.0):
@@ -56,66 +66,74 @@ def _run_data(method, seed, rows, per_client=None):
                                            ("CIFAR-100 N=50,C=20%", "cifar-100_n50_c20pct"),
                                            ("lr=0.05", "lr0.05"), ("???", "default")])
 def test_slug(name, expected):
-  assert sweep.slug(name) == expected
+  assert plan_lib.slug(name) == expected
 
 
 def test_algorithm_entries_and_overrides():
-  assert sweep.resolve_algorithm("fedmrl", "smoke") == (
+  assert plan_lib.resolve_algorithm("fedmrl", "smoke", EXPERIMENTS) == (
       "fedmrl", os.path.join(ROOT, "experiments", "fedmrl.py"), "smoke")
-  assert sweep.resolve_algorithm("cfg/x.py:other", "smoke") == ("x", "cfg/x.py", "other")
+  assert plan_lib.resolve_algorithm("cfg/x.py:other", "smoke") == ("x", "cfg/x.py", "other")
   nested = ml_collections.ConfigDict({"a": {"b": 1}, "c": 2})
-  assert sweep.flatten(nested) == {"a.b": 1, "c": 2}
+  assert config_files.flatten(nested) == {"a.b": 1, "c": 2}
   dotted = ml_collections.ConfigDict({"B": {"partition.kind": "iid"}, "A": {}},
                                      allow_dotted_keys=True, sort_keys=False)
-  assert sweep.named_overrides(dotted) == [("B", {"partition.kind": "iid"}), ("A", {})]
-  assert sweep.named_overrides([("x", {"y": {"z": 1}})]) == [("x", {"y.z": 1})]
+  assert plan_lib.named_overrides(dotted) == [("B", {"partition.kind": "iid"}), ("A", {})]
+  assert plan_lib.named_overrides([("x", {"y": {"z": 1}})]) == [("x", {"y.z": 1})]
 
 
 def test_mean_std_and_durations():
-  np.testing.assert_allclose(sweep.mean_std([0.5, 0.7]), [0.6, np.sqrt(0.02)])
-  assert sweep.mean_std([0.4]) == (0.4, 0.0)
-  assert [sweep.format_duration(s) for s in (None, 12.4, 250, 3720)] == [
+  np.testing.assert_allclose(tables.mean_std([0.5, 0.7]), [0.6, np.sqrt(0.02)])
+  assert tables.mean_std([0.4]) == (0.4, 0.0)
+  assert [metrics_lib.format_s(s) for s in (None, 12.4, 250, 3720)] == [
       "?", "12s", "4m10s", "1h02m"]
-  assert sweep.sweep_eta([], 3) is None
-  assert sweep.sweep_eta([10.0, 20.0], 2, elapsed=5.0) == 15 * 2 + 10
-  assert sweep.sweep_eta([], 1, elapsed=4.0, projected=8.0) == 8 + 4
+  assert eta_lib.sweep_eta([], 3) is None
+  assert eta_lib.sweep_eta([10.0, 20.0], 2, elapsed=5.0) == 15 * 2 + 10
+  assert eta_lib.sweep_eta([], 1, elapsed=4.0, projected=8.0) == 8 + 4
   # a run slower than the mean so far: its own progress counts for its remaining time
-  assert sweep.sweep_eta([10.0], 2, elapsed=30.0, projected=60.0) == 10 * 2 + 30
+  assert eta_lib.sweep_eta([10.0], 2, elapsed=30.0, projected=60.0) == 10 * 2 + 30
   # ... and so does a faster one
-  assert sweep.sweep_eta([10.0], 2, elapsed=2.0, projected=4.0) == 10 * 2 + 2
+  assert eta_lib.sweep_eta([10.0], 2, elapsed=2.0, projected=4.0) == 10 * 2 + 2
   # later runs of a cell that already finished runs count at that cell's mean
-  runs = [sweep.Run("a", "s", k, None, "") for k in range(2)] + [sweep.Run("b", "s", 0, None, "")]
-  means = sweep.cell_means({("a", "s"): [100.0, 120.0]}, runs)
+  runs = ([plan_lib.Run("a", "s", k, None, "") for k in range(2)]
+          + [plan_lib.Run("b", "s", 0, None, "")])
+  means = eta_lib.cell_means({("a", "s"): [100.0, 120.0]}, runs)
   assert means == [110.0, 110.0, None]
-  assert sweep.sweep_eta([10.0, 20.0], means, elapsed=5.0) == 110 + 110 + 15 + 10
-  assert sweep.sweep_eta([10.0, 20.0], [], elapsed=5.0, current=110.0) == 105
+  assert eta_lib.sweep_eta([10.0, 20.0], means, elapsed=5.0) == 110 + 110 + 15 + 10
+  assert eta_lib.sweep_eta([10.0, 20.0], [], elapsed=5.0, current=110.0) == 105
+  # the same from the sweep's bookkeeping: 110 per later run, the current one 110 - 5
+  assert eta_lib.seconds_left({("a", "s"): [100.0, 120.0]}, runs, elapsed=5.0,
+                              current=runs[0]) == 3 * 110 + 105
   # a cell that has not run counts at its FLOPs (costs.json) times the seconds per FLOP
   # the finished runs took: a later cell of 5x the FLOPs, 5x their time
   flops = {("a", "s"): 2.0, ("b", "s"): 10.0}
-  assert sweep.cell_means({("a", "s"): [100.0, 120.0]}, runs, flops) == [110.0, 110.0,
+  assert eta_lib.cell_means({("a", "s"): [100.0, 120.0]}, runs, flops) == [110.0, 110.0,
                                                                           550.0]
-  assert sweep.cell_means({}, runs, flops) == [None, None, None]  # no rate measured yet
+  assert eta_lib.cell_means({}, runs, flops) == [None, None, None]  # no rate measured yet
   # between runs (a run just finished): only the later runs are left
-  assert sweep.sweep_eta([10.0, 20.0], [], elapsed=None) == 0
-  assert sweep.sweep_eta([10.0, 20.0], means, elapsed=None) == 110 + 110 + 15
+  assert eta_lib.sweep_eta([10.0, 20.0], [], elapsed=None) == 0
+  assert eta_lib.sweep_eta([10.0, 20.0], means, elapsed=None) == 110 + 110 + 15
   # the projection starts after the first round line: compile time is not extrapolated
-  assert sweep.projected_duration((20.0, 0.05), (20.0, 0.05)) is None
-  assert sweep.projected_duration((20.0, 0.05), (25.0, 0.10)) == pytest.approx(20 + 5 * 19)
+  assert eta_lib.projected_duration((20.0, 0.05), (20.0, 0.05)) is None
+  assert eta_lib.projected_duration((20.0, 0.05), (25.0, 0.10)) == pytest.approx(20 + 5 * 19)
 
 
 def test_prefixed_log_eta_ignores_compile_time():
   clock, lines = [0.0], []
-  log = sweep.prefixed_log(lines.append, "[1/2] x", lambda: clock[0],
-                           lambda now, projected: sweep.sweep_eta([], 1, now, projected))
+  log, on_progress = eta_lib.prefixed_log(
+      lines.append, "[1/2] x", lambda: clock[0],
+      lambda now, projected: eta_lib.sweep_eta([], 1, now, projected))
   clock[0] = 20.0  # compile + round 1 of 20
+  on_progress(1, 20)
   log("round 1/20 | acc")
   clock[0] = 22.0
   log("compiled in 18s")
   clock[0] = 24.0
-  log("round 2/20 | acc")  # 4 s a round from here: 20 + 19 * 4 = 96 s a run; 72 + 96 left
-  assert [l.rsplit("sweep ETA ", 1)[1] for l in lines] == ["?", "?", "2m48s"]
+  on_progress(2, 20)  # 4 s a round from here: 20 + 19 * 4 = 96 s a run; 72 + 96 left
+  log("round 2/20 | acc")
+  assert [line.rsplit("sweep ETA ", 1)[1] for line in lines] == ["?", "?", "2m48s"]
   assert lines[0].startswith("[1/2] x | round 1/20 | acc | ")
   clock[0] = 30.0  # the batch's seeds run again one by one: the projection restarts
+  on_progress(1, 20)
   log("round 1/20 | acc")
   assert lines[-1].endswith("sweep ETA ?")
 
@@ -124,16 +142,16 @@ def test_markdown_table_layout_mean_std_and_bold():
   rows = [_row("a", "S1", 0, 0.50), _row("a", "S1", 1, 0.70), _row("a", "S2", 0, 0.20),
           _row("b", "S1", 0, 0.40), _row("b", "S1", 1, 0.40), _row("b", "S2", 0, 0.30),
           _row("b", "S2", 1, 0.50), _row("a", "S2", 1, None, status="failed: X")]
-  cells = _table_cells(sweep.markdown_table(rows, methods=["b", "a", "c"], num_seeds=2))
+  cells = _table_cells(tables.markdown_table(rows, methods=["b", "a", "c"], num_seeds=2))
   assert cells[0] == ["Method", "S1", "S2"]  # columns settings, in first-seen order
   assert [r[0] for r in cells[1:]] == ["b", "a", "c"]  # rows methods, in the given order
   assert cells[1][1:] == ["40.00 ± 0.00", "**40.00 ± 14.14**"]
   assert cells[2][1:] == ["**60.00 ± 14.14**", "20.00 (n=1)"]  # the failed seed is out
   assert cells[3][1:] == ["–", "–"]
-  text = sweep.results_markdown(rows, seeds=[0, 1])
+  text = tables.results_markdown(rows, seeds=[0, 1])
   assert "Final accuracy, protocol (a)" in text and "Failed runs: `a/s2/seed1`" in text
   assert "protocol (b)" not in text  # rows without the sampled-client evaluation
-  both = sweep.results_markdown([_row("a", "S1", 0, 0.4, sampled=0.7)], seeds=[0])
+  both = tables.results_markdown([_row("a", "S1", 0, 0.4, sampled=0.7)], seeds=[0])
   assert both.count("| a | **40.00** |") == 2 and both.count("| a | **70.00** |") == 2
   assert "protocol (b): the round's sampled clients right after local training" in both
   assert "| a | 3 (2) |" in both  # wall seconds (compile seconds)
@@ -141,9 +159,9 @@ def test_markdown_table_layout_mean_std_and_bold():
 
 def test_csv_round_trip():
   rows = [_row("a", "N=10,C=100%", 0, 0.5), _row("b", "S", 1, None, status="failed: E")]
-  text = sweep.csv_text(rows)
-  assert text.splitlines()[0] == ",".join(sweep.CSV_COLUMNS)
-  back = sweep.parse_csv(text)
+  text = tables.csv_text(rows)
+  assert text.splitlines()[0] == ",".join(tables.CSV_COLUMNS)
+  back = tables.parse_csv(text)
   assert back[0] == rows[0]
   assert back[1]["final_mean_test_acc"] is None and back[1]["seed"] == 1
 
@@ -174,14 +192,16 @@ def test_client_diff_pairs_seeds_and_gate_histograms():
 
 
 def test_sweep_files_plan_without_running(tmp_path):
-  runs = sweep.plan(sweep.load_config_file(os.path.join(ROOT, "experiments/sweeps/smoke.py")),
-                    str(tmp_path))
+  runs = plan_lib.plan(
+      config_files.load_config_file(os.path.join(ROOT, "experiments/sweeps/smoke.py")),
+      str(tmp_path), configs_dir=EXPERIMENTS)
   assert len(runs) == 3 * 2 * 2
   assert runs[0].workdir == str(tmp_path / "standalone" / "n5_c100pct" / "seed0")
   assert {r.config.num_rounds for r in runs} == {3}  # the smoke variant
   assert {r.config.participation for r in runs} == {1.0, 0.6}
-  table = sweep.plan(sweep.load_config_file(
-      os.path.join(ROOT, "experiments/sweeps/paper_table.py")), str(tmp_path))
+  table = plan_lib.plan(config_files.load_config_file(
+      os.path.join(ROOT, "experiments/sweeps/paper_table.py")), str(tmp_path),
+      configs_dir=EXPERIMENTS)
   assert len(table) == 10 * 6 * 3
   assert {(r.config.data.name, r.config.num_clients) for r in table} == {
       (d, n) for d in ("cifar10", "cifar100") for n in (10, 50, 100)}
@@ -189,7 +209,8 @@ def test_sweep_files_plan_without_running(tmp_path):
   assert {r.config.data.public for r in table} == {500}
   cell = [r for r in table if r.setting == table[0].setting and r.seed == 0]
   y = np.arange(60000) % 10
-  parts = [loop.partition_clients(r.config, y, 10)[0] for r in cell
+  parts = [pool_lib.partition_clients(y, 10, **config_lib.partition_args(r.config))[0]
+           for r in cell
            if r.algorithm in ("moss", "fedmrl")]
   assert len(parts) == 2
   for a, b in zip(*parts):
@@ -225,14 +246,15 @@ def tiny_sweep(synthetic_npz, tmp_path_factory):
   sweep_dir = str(tmp_path_factory.mktemp("sweep"))
   logs = []
   rows = sweep.run_sweep(cfg, sweep_dir, log=logs.append,
-                         command="python experiments/sweep.py --sweep=tiny.py")
+                         command="python experiments/sweep.py --sweep=tiny.py",
+                         configs_dir=EXPERIMENTS)
   return cfg, sweep_dir, rows, logs
 
 
 def test_sweep_writes_csv_table_and_progress(tiny_sweep):
   _, sweep_dir, rows, logs = tiny_sweep
   with open(os.path.join(sweep_dir, "results.csv")) as f:
-    csv_rows = sweep.parse_csv(f.read())
+    csv_rows = tables.parse_csv(f.read())
   assert [(r["algorithm"], r["seed"]) for r in csv_rows] == [
       ("standalone", 0), ("fedavg", 0), ("standalone", 1), ("fedavg", 1)]
   for r in csv_rows:
@@ -247,7 +269,7 @@ def test_sweep_writes_csv_table_and_progress(tiny_sweep):
   assert [c[0] for c in cells[1:3]] == ["standalone", "fedavg"]
   for k, method in enumerate(("standalone", "fedavg")):
     assert CELL.match(cells[1 + k][1])
-    m, s = sweep.mean_std([r["final_mean_test_acc"] for r in csv_rows
+    m, s = tables.mean_std([r["final_mean_test_acc"] for r in csv_rows
                            if r["algorithm"] == method])
     assert cells[1 + k][1].strip("*") == f"{100 * m:.2f} ± {100 * s:.2f}"
   assert logs[1].startswith(f"[1/4] standalone | {SETTING} | seed 0 | start")
@@ -265,7 +287,7 @@ def test_second_sweep_skips_finished_and_resumes_unfinished(tiny_sweep, monkeypa
 
   monkeypatch.setattr(sweep.loop, "run", refuse)
   logs = []
-  assert sweep.run_sweep(cfg, sweep_dir, log=logs.append) == rows
+  assert sweep.run_sweep(cfg, sweep_dir, log=logs.append, configs_dir=EXPERIMENTS) == rows
   assert sum("skipped" in line for line in logs) == 4
   assert os.stat(summary).st_mtime_ns == mtime
   # A run without its summary (killed before the end) goes through loop.run, which
@@ -276,7 +298,7 @@ def test_second_sweep_skips_finished_and_resumes_unfinished(tiny_sweep, monkeypa
                       lambda *a, run=loop.run, **k: calls.append(a[1]) or run(*a, **k))
   os.remove(summary)
   logs = []
-  again = sweep.run_sweep(cfg, sweep_dir, log=logs.append)
+  again = sweep.run_sweep(cfg, sweep_dir, log=logs.append, configs_dir=EXPERIMENTS)
   assert calls == [os.path.dirname(summary)]
   assert any("resumed from round 2" in line for line in logs)
   assert [r["final_mean_test_acc"] for r in again] == [r["final_mean_test_acc"] for r in rows]
@@ -329,7 +351,7 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
                                         paired="standalone")
   section = with_paired[with_paired.index("## Paired against standalone"):]
   table = section.split("Where each difference is going")[0]
-  row = [l for l in table.splitlines() if l.startswith("| fedavg | ")]
+  row = [line for line in table.splitlines() if line.startswith("| fedavg | ")]
   assert len(row) == 1 and row[0].split(" | ")[1:3] == [SETTING, "2"]
   assert section.index("| fedavg | ") < section.index("## Figures")
   with pytest.raises(ValueError, match="no method or setting"):
@@ -382,10 +404,10 @@ def test_fedmoe_gate_figure_from_checkpoint(tiny_config, tmp_path):
   config = tiny_config("fedmoe", "tiny", {
       "algo.global_arch": "tiny", "algo.gating_hidden": 8, "num_clients": 4,
       "data.subsample": 200, "partition.kind": "iid", "runtime.num_devices": 1})
-  exp = loop.prepare(config)
-  state = _random_state(loop.compile_fns(exp)[-1])
+  exp = experiment.prepare(config)
+  state = _random_state(program.compile_fns(exp).abstract)
   ckpt = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"), max_to_keep=1,
-                               fingerprint=loop.fingerprint(exp))
+                               fingerprint=runfiles.fingerprint(exp))
   ckpt.save(0, state, {})
   ckpt.close()
   metrics_lib.write_json(str(tmp_path / "config.json"), exp.config.to_dict())

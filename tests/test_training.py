@@ -9,9 +9,14 @@ import chex
 import jax
 import numpy as np
 import pytest
-
-from fedjax_het.training import loop
 from conftest import assert_server_holds_no_client_leaf
+
+from fedjax_het import config as config_lib
+from fedjax_het.data import pool as pool_lib
+from fedjax_het.training import experiment
+from fedjax_het.training import loop
+from fedjax_het.training import program
+from fedjax_het.training import runfiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -58,9 +63,9 @@ def test_fedavg_counts_whole_model_both_ways(tiny_config, tmp_path):
 @pytest.mark.parametrize("algorithm,models", [("standalone", "tiny,cnn5"),
                                               ("fedavg", "tiny")])
 def test_round_compiles_once(tiny_config, algorithm, models):
-  exp = loop.prepare(tiny_config(algorithm, models, {"participation": 0.5}))
+  exp = experiment.prepare(tiny_config(algorithm, models, {"participation": 0.5}))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
-  init, *_ = loop.compile_fns(exp)
+  init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   for _ in range(3):
     state, metrics = round_fn(state, exp.data)
@@ -101,7 +106,7 @@ def test_missing_data_is_a_clear_error_before_writing(tiny_config, tmp_path):
 
 
 def test_uneven_clients_are_padded_to_the_device_count(tiny_config):
-  exp = loop.prepare(tiny_config())
+  exp = experiment.prepare(tiny_config())
   for size, index in zip(exp.runtime.layout.padded_sizes, exp.data.groups):
     assert size % jax.device_count() == 0
     assert index.train_idx.shape[0] == size
@@ -139,7 +144,7 @@ MAIN_SMOKES = ("fedmrl", "fedmoe", "standalone")
 @pytest.mark.parametrize("name", SMOKE_CONFIGS)
 def test_every_smoke_config_builds_on_real_cifar10(name):
   config = load_experiment(name).get_config("smoke")
-  exp = loop.prepare(config)
+  exp = experiment.prepare(config)
   assert exp.config.algorithm == name
   assert len(exp.client_archs) == config.num_clients
   assert exp.class_counts[:, 0].sum(axis=1).min() >= 1
@@ -162,20 +167,21 @@ def test_main_smoke_on_real_cifar10(name, tmp_path):
 def test_public_holdout_is_held_by_no_client(tiny_config):
   config = tiny_config(overrides={"data.public": 100})
   y = np.arange(800) % 10
-  train, test, counts = loop.partition_clients(config, y, 10)
+  part = lambda c: pool_lib.partition_clients(y, 10, **config_lib.partition_args(c))
+  train, test, counts = part(config)
   held = np.concatenate(train + test)
   assert len(held) == len(set(held.tolist())) == 700
   assert counts.sum() == 700
-  train0, test0, _ = loop.partition_clients(tiny_config(), y, 10)
+  train0, test0, _ = part(tiny_config())
   assert len(np.concatenate(train0 + test0)) == 800
   with pytest.raises(ValueError, match="data.public=795"):
-    loop.partition_clients(tiny_config(overrides={"data.public": 795}), y, 10)
+    part(tiny_config(overrides={"data.public": 795}))
 
 
 def test_extra_metrics_are_the_algorithms_own_at_the_last_round():
   m = {"train_loss": np.ones(2), "group_finite": np.ones((2, 3), bool),
        "fidelity": np.array([[0.1, 0.2], [0.3, 0.4]]), "public_overlap": np.array([0.0, 0.5])}
-  assert loop.extra_metrics(m) == {"fidelity": [0.3, 0.4], "public_overlap": 0.5}
+  assert runfiles.extra_metrics(m) == {"fidelity": [0.3, 0.4], "public_overlap": 0.5}
 
 
 def test_sampled_clients_evaluation_after_training(tiny_config, tmp_path):
@@ -212,8 +218,37 @@ def test_progress_lines_from_round_one(tiny_config, tmp_path):
   assert logs[-1].startswith("round 4/4 | mean test acc")
 
 
+def test_on_progress_is_called_after_every_dispatch(tiny_config, tmp_path):
+  # the config of test_progress_lines_from_round_one (the compilation cache serves it);
+  # checkpoint_every=1: every dispatch is one round
+  calls = []
+  loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4, "eval_every": 4}),
+           str(tmp_path), log=lambda s: None,
+           on_progress=lambda done, total: calls.append((done, total)))
+  assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_dispatch_size_policy():
+  size = loop.dispatch_size
+  fast = loop.PROGRESS_S / 10  # seconds per round: 10 rounds make a progress line
+  # untimed: the first dispatch (compilation) and the second (a round's time) run one
+  assert size(0, 100, None, max_rounds=50) == 1
+  assert size(1, 100, None, max_rounds=50, processes=2) == 1
+  # then about PROGRESS_S of rounds, capped by the next stop and by max_rounds
+  assert size(2, 100, fast, max_rounds=50) == 10
+  assert size(2, 5, fast, max_rounds=50) == 3
+  assert size(2, 100, fast / 100, max_rounds=50) == 50
+  assert size(2, 100, 0.0, max_rounds=50) == 50
+  assert size(2, 100, loop.PROGRESS_S * 3, max_rounds=50) == 1  # slow rounds: one
+  # a deadline shortens it to the rounds that fit before it (at least one)
+  assert size(2, 100, fast, max_rounds=50, deadline=1000.0 + 3.5 * fast, now=1000.0) == 3
+  assert size(2, 100, fast, max_rounds=50, deadline=990.0, now=1000.0) == 1
+  assert size(2, 100, fast, max_rounds=50, deadline=2000.0, now=1000.0) == 10
+  # processes of a multi-process run read no clock: straight to the stop
+  assert size(2, 7, fast, max_rounds=50, processes=2) == 5
+  assert size(2, 7, fast, max_rounds=50, processes=2, deadline=0.0, now=1000.0) == 5
+
 def test_smoke_variant_learns_cifar100(tmp_path):
-  from fedjax_het import config as config_lib
   from fedjax_het.data import make_synthetic
   raw = make_synthetic(9000, 1000, 100, seed=0)
   path = tmp_path / "cifar100.npz"
@@ -223,7 +258,7 @@ def test_smoke_variant_learns_cifar100(tmp_path):
   # tiny models (cheap to compile) need a few more rounds than the smoke's CNN-1..5
   c = config_lib.override(c, {"data.name": "cifar100", "data.path": str(path),
                               "models": "tiny", "checkpoint_every": 0, "num_rounds": 8})
-  exp = loop.prepare(c)
+  exp = experiment.prepare(c)
   held = (exp.class_counts[:, 0] > 0).sum(axis=1)
   np.testing.assert_array_equal(held, [10] * 5)  # the papers' 10 of 100 classes each
   summary = loop.run(c, str(tmp_path / "run"), log=lambda s: None)

@@ -7,7 +7,8 @@ r"""FedProx (examples/fedprox.py) on model-homogeneous CNN-5 clients, CIFAR-10 2
 Run from the repository root (``examples`` is imported from the current directory) or
 with it on PYTHONPATH.
 """
-from fedjax_het.config import apply_variant, base_config
+from fedjax_het.config import apply_variant
+from fedjax_het.config import base_config
 
 
 def get_config(arg=None):

@@ -11,9 +11,9 @@ the KL averaged over classes (``algo.kl_reduction='mean'``, PyTorch's default
 """
 import os
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-paper_cpu = runner.load_module(os.path.join(
+paper_cpu = config_files.load_module(os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_cpu.py"))
 SWITCHES = {"evaluate shared": {"algo.evaluate": "shared"},
             "KL mean": {"algo.kl_reduction": "mean"}}

@@ -4,7 +4,8 @@ r"""The claims ledger's rows: each paper claim, its number, and the runs that te
 docs/claims.md (``fedjax_het.sweeps.claims``). Groups name a sweep directory under ``results/``
 (``claims/<name>`` is made by ``experiments/claims/<name>.py``), a method and a setting.
 """
-from fedjax_het.sweeps.claims import Claim, Group
+from fedjax_het.sweeps.claims import Claim
+from fedjax_het.sweeps.claims import Group
 
 T = 100  # the N=100 sweeps' budget (protocol.ROUNDS; tests/test_claims.py checks)
 CELL = "CIFAR-10 N=10,C=100% (5k+1k examples)"  # paper_cpu.py's cell

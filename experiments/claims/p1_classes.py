@@ -11,9 +11,9 @@ of 100 classes (not run on CPU).
 """
 import os
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-protocol = runner.load_module(
+protocol = config_files.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
 
 CLASSES = {"cifar10": (2, 4, 6, 8, 10), "cifar100": (10, 30, 50, 70, 90, 100)}

@@ -8,9 +8,9 @@ every class in Dirichlet proportions; smaller gamma is more skewed). The ledger'
 """
 import os
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-protocol = runner.load_module(
+protocol = config_files.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
 
 

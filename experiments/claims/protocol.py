@@ -19,9 +19,9 @@ import os
 
 import ml_collections
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-paper_table = runner.load_module(os.path.join(
+paper_table = config_files.load_module(os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_table.py"))
 
 ROUNDS = 100  # the ledger's budget T for the N=100 rows

@@ -11,9 +11,9 @@ partitions. FedKD's SVD anneal spans the run (its 60-round run is its own).
 """
 import os
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-paper_cpu = runner.load_module(os.path.join(
+paper_cpu = config_files.load_module(os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_cpu.py"))
 ROUNDS = 60  # 3 x paper_cpu's 20
 # the headline comparisons' methods (FD: the best baseline at T), in the order a

@@ -12,9 +12,9 @@ import os
 
 import ml_collections
 
-from fedjax_het.sweeps import runner
+from fedjax_het import config_files
 
-paper_table = runner.load_module(
+paper_table = config_files.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_table.py"))
 
 

@@ -9,23 +9,33 @@ An algorithm of the user's own (docs/extending.md) is named in the config by a
 reference to its ``Spec``, ``config.algorithm = 'my_project.my_algo:SPEC'``
 (``get_spec`` imports it; the config then describes the run in every process), or
 registered under a plain name in this process with ``register_algorithm``.
+
+No algorithm module imports another: what several are built from is in ``shared``
+(models, classifier loss, the example-weighted average, the averaging round,
+``from_protocol``), ``class_tables`` (FedProto's and FD's per-class tables) and
+``mutual`` (the shared-beside-private protocol of FML, FedKD and FedAPEN); ``base``
+holds the framework's types.
 """
 from __future__ import annotations
 
 from fedjax_het import plugins
-
+from fedjax_het.algorithms import fd
 from fedjax_het.algorithms import fedapen
 from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import fedkd
 from fedjax_het.algorithms import fedmoe
 from fedjax_het.algorithms import fedmrl
-from fedjax_het.algorithms import fd
 from fedjax_het.algorithms import fedproto
 from fedjax_het.algorithms import fml
 from fedjax_het.algorithms import lg_fedavg
 from fedjax_het.algorithms import moss
 from fedjax_het.algorithms import standalone
-from fedjax_het.algorithms.base import Algorithm, ClientState, Protocol, Runtime, Spec, State
+from fedjax_het.algorithms.base import Algorithm
+from fedjax_het.algorithms.base import ClientState
+from fedjax_het.algorithms.base import Protocol
+from fedjax_het.algorithms.base import Runtime
+from fedjax_het.algorithms.base import Spec
+from fedjax_het.algorithms.base import State
 
 SPECS: dict[str, Spec] = {
     "standalone": standalone.SPEC,

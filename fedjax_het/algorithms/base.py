@@ -29,7 +29,9 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het import sharding
-from fedjax_het.data.federated import ClientIndex, FederatedData, Layout
+from fedjax_het.data.federated import ClientIndex
+from fedjax_het.data.federated import FederatedData
+from fedjax_het.data.federated import Layout
 
 PyTree = Any
 

@@ -6,7 +6,7 @@ Federated Distillation and Augmentation under Non-IID Private Data", arXiv 1811.
 
 - Client k: its private model f_k (any of CNN-1..5) computes, for every class j it
   holds, the average logit vector z_k^(j) = mean_{(x, j) in D_k} f_k(x) in R^C, and
-  sends {z_k^(j), n_k^(j)} (``fedproto.class_stats`` on the logits).
+  sends {z_k^(j), n_k^(j)} (``class_tables.class_stats`` on the logits).
 - Server: global logits \bar z^(j) = sum_k n_k^(j) z_k^(j) / sum_k n_k^(j) over the
   round's clients that hold class j; a class nobody sent is marked invalid.
 - Local loss: CE(f_k(x), y) + lamda * D(f_k(x), \bar z^(y)), the distillation term
@@ -33,8 +33,11 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.fedproto import class_stats, table_protocol, table_round
-from fedjax_het.algorithms.standalone import init_models
+from fedjax_het.algorithms.class_tables import class_stats
+from fedjax_het.algorithms.class_tables import table_protocol
+from fedjax_het.algorithms.class_tables import table_round
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import init_models
 
 DISTILL = ("ce", "mse")
 
@@ -77,8 +80,7 @@ def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = table_protocol(rt, nets, opt, width=num_classes, loss_fn=loss_fn, uplink=uplink,
                          predict=predict)
-  return base.Algorithm(base.protocol_init(rt, proto), table_round(rt, proto, num_classes),
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto, table_round(rt, proto, num_classes))
 
 
 def distill_loss(logits, labels, mask, table, kind: str = "ce"):

@@ -5,7 +5,7 @@ Learning with Adaptability to Statistical Heterogeneity", KDD 2023.
 
 Symbols (paper -> code):
 - the shared model (``params['global']``, arch ``small_arch``, CNN-5-sized) and client
-  k's private heterogeneous model (``params['local']``), as in FML (``fml.py``).
+  k's private heterogeneous model (``params['local']``), as in FML (``mutual.MutualNets``).
 - lambda_k in [0, 1]: the weight of the private model in the ensemble output
   y_ens = lambda_k * f_private(x) + (1 - lambda_k) * f_shared(x) (on logits);
   ``model_state['lam']`` holds lambda_k itself (0.5 at start).
@@ -24,7 +24,7 @@ One round of client k:
    L_shared  = CE(p_shared, y) + KL(p_private || p_shared)
                + CE(lambda sg(y_private) + (1 - lambda) y_shared, y),
    each KL target and each other model's ensemble term held fixed (sg = stop_gradient).
-Server: example-weighted mean of the uploaded shared models (``fedmrl.aggregate``).
+Server: example-weighted mean of the uploaded shared models (``mutual.average``).
 
 Uplink: the shared model. Downlink: the shared model. lambda_k never leaves the client.
 Evaluation: the ensemble of the client's private model and the server's latest theta,
@@ -51,9 +51,13 @@ from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het import sharding
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms import fedavg
-from fedjax_het.algorithms import fedmrl
-from fedjax_het.algorithms import fml
+from fedjax_het.algorithms.mutual import download
+from fedjax_het.algorithms.mutual import kl_divergence
+from fedjax_het.algorithms.mutual import make_nets
+from fedjax_het.algorithms.mutual import mutual_protocol
+from fedjax_het.algorithms.mutual import uplink
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM
+from fedjax_het.algorithms.shared import from_protocol
 
 
 def ensemble(logits_l: jax.Array, logits_g: jax.Array, lam: jax.Array) -> jax.Array:
@@ -65,10 +69,10 @@ def ensemble_losses(logits_l, logits_g, lam, labels, mask):
   """(L_private, L_shared) of the learning-for-ensemble step (module docstring)."""
   sg = jax.lax.stop_gradient
   loss_l = (cl.cross_entropy(logits_l, labels, mask)
-            + fml.kl_divergence(logits_g, logits_l, mask)
+            + kl_divergence(logits_g, logits_l, mask)
             + cl.cross_entropy(ensemble(logits_l, sg(logits_g), lam), labels, mask))
   loss_g = (cl.cross_entropy(logits_g, labels, mask)
-            + fml.kl_divergence(logits_l, logits_g, mask)
+            + kl_divergence(logits_l, logits_g, mask)
             + cl.cross_entropy(ensemble(sg(logits_l), logits_g, lam), labels, mask))
   return loss_l, loss_g
 
@@ -115,22 +119,22 @@ def learn_lambda(lam: jax.Array, logits_l: jax.Array, logits_g: jax.Array,
   batches = jax.tree.map(lambda a: a.reshape((-1, batch_size) + a.shape[1:]),
                          (logits_l, logits_g, labels, mask))
 
-  def loss(l, batch):
+  def loss(lam, batch):
     bl, bg, by, bm = batch
-    return cl.cross_entropy(ensemble(bl, bg, l), by, bm)
+    return cl.cross_entropy(ensemble(bl, bg, lam), by, bm)
 
-  def step(l, batch):
-    new = jnp.clip(l - learning_rate * jax.grad(loss)(l, batch), 0.0, 1.0)
-    return jnp.where(jnp.any(batch[3]), new, l), None
+  def step(lam, batch):
+    new = jnp.clip(lam - learning_rate * jax.grad(loss)(lam, batch), 0.0, 1.0)
+    return jnp.where(jnp.any(batch[3]), new, lam), None
 
-  def one_pass(l, _):
-    return jax.lax.scan(step, l, batches)[0], None
+  def one_pass(lam, _):
+    return jax.lax.scan(step, lam, batches)[0], None
   return jax.lax.scan(one_pass, lam, None, length=steps)[0]
 
 
 def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
             weight_decay: float = 0.0, grad_clip: float = 0.0,
-            small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
+            small_arch: str = "cnn5", rep_dim: int = LOCAL_REP_DIM,
             holdout_fraction: float = 0.1, lambda_steps: int = 1,
             lambda_learning_rate: float = 1e-3) -> base.Algorithm:
   """Builds FedAPEN.
@@ -151,7 +155,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   """
   if not 0.0 < holdout_fraction < 1.0:
     raise ValueError(f"algo.holdout_fraction={holdout_fraction} must be in (0, 1)")
-  nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
+  nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
@@ -181,10 +185,10 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, opt_state,
                        data.x, data.y, idx, train_mask, key, **rt.train_options())
     new = base.ClientState(r.params, r.model_state, r.opt_state)
-    return new, fedmrl.uplink(r.params), {"loss": r.loss}
+    return new, uplink(r.params), {"loss": r.loss}
 
   def predict(g, client, theta):
-    params = fml.download(client, theta)  # the server's latest theta
+    params = download(client, theta)  # the server's latest theta
     lam = client.model_state["lam"]
 
     def fn(x):
@@ -192,11 +196,10 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       return ensemble(logits_l, logits_g, lam)
     return fn
 
-  proto = fml.mutual_protocol(nets, opt, client_update, predict=predict,
-                              trained_payload=base.own_upload,
-                              model_state={"lam": jnp.full((), 0.5, jnp.float32)})
-  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
+  proto = mutual_protocol(nets, opt, client_update, predict=predict,
+                          trained_payload=base.own_upload,
+                          model_state={"lam": jnp.full((), 0.5, jnp.float32)})
+  return from_protocol(rt, proto)
 
 
 def weight(client: base.ClientState) -> jax.Array:
@@ -206,6 +209,6 @@ def weight(client: base.ClientState) -> jax.Array:
 
 SPEC = base.Spec(
     lambda c, rt: fedapen(rt, **base.sgd_args(c), **c.algo),
-    dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, holdout_fraction=0.1,
+    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, holdout_fraction=0.1,
          lambda_steps=1, lambda_learning_rate=1e-3),
     choices=dict(small_arch=models.ArchitectureChoices()))

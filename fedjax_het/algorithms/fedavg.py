@@ -11,11 +11,13 @@ configuration error (the models cannot be averaged).
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms.standalone import classifier_loss, init_models
+from fedjax_het.algorithms.shared import count_rounds
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import init_models
+from fedjax_het.algorithms.shared import local_update
 
 
 def check_homogeneous(layout, algorithm: str) -> None:
@@ -57,49 +59,12 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     del rounds_taken  # the global model, not a personal one
     return lambda x: nets[g].apply({"params": w}, x)[0]
 
+  # a client: E epochs of SGD from the downloaded w, upload w_k (``shared.local_update``)
   proto = base.Protocol(count_rounds, init_server, lambda w, g: w,
                         local_update(rt, nets, opt), server_aggregate, predict,
                         trained_payload=base.own_upload)
 
-  return base.Algorithm(base.protocol_init(rt, proto), average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
-
-
-def average_round(rt: base.Runtime, proto: base.Protocol):
-  """``Algorithm.round`` of a protocol whose server state is one averaged model.
-
-  FedAvg's round, also that of the shared parts of FedMoE, LG-FedAvg, FML and FedAPEN:
-  every sampled client downloads the server's model (or shared part), trains, sends its
-  copy back, and ``proto.aggregate`` averages them. Both links carry that model whole.
-  """
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    server, _ = base.aggregate_groups(proto, state, results)
-    size = base.count_params(state.server)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=size,
-                                 downlink=size)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=server), metrics
-  return round_fn
-
-
-def count_rounds(g, key):
-  """``Protocol.init_client`` of FedAvg: a client keeps only its rounds taken (int32)."""
-  del g, key
-  return jnp.zeros((), jnp.int32)
-
-
-def local_update(rt: base.Runtime, nets, opt):
-  """``Protocol.client_update`` of FedAvg (also Moss's within-type FedAvg).
-
-  The client starts from the downloaded model w with a fresh optimizer state, runs E
-  epochs of SGD on its data, counts the round, and uploads its trained model w_k.
-  """
-  def client_update(g, rounds_taken, w, data, idx, mask, key):
-    r = cl.local_train(classifier_loss(nets[g]), opt, w, None, opt.init(w), data.x,
-                       data.y, idx, mask, key, **rt.train_options())
-    return rounds_taken + 1, r.params, {"loss": r.loss}
-  return client_update
+  return from_protocol(rt, proto)
 
 
 SPEC = base.Spec(lambda c, rt: fedavg(rt, **base.sgd_args(c)), {}, homogeneous_only=True)

@@ -18,7 +18,7 @@ Symbols (paper -> code):
   approximation: T(t) = T_start + (T_end - T_start) * t / R after t of R rounds
   (``svd_energy_start`` 0.95 -> ``svd_energy_end`` 0.98 by default, the paper's values;
   ``svd_energy_start=0`` sends updates uncompressed).
-- Server: g = sum_k n_k g_k / sum_k n_k over the round's clients (``fedmrl.aggregate``),
+- Server: g = sum_k n_k g_k / sum_k n_k over the round's clients (``weighted_average``),
   compressed the same way for the downlink; theta <- theta + g.
 
 Uplink: the (compressed) mentee update; ``uplink_params`` counts the parameters sent:
@@ -59,8 +59,16 @@ from flax import linen as nn
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms import fedmrl
-from fedjax_het.algorithms import fml
+from fedjax_het.algorithms.mutual import EVALUATED
+from fedjax_het.algorithms.mutual import KL_REDUCTIONS
+from fedjax_het.algorithms.mutual import check_evaluate
+from fedjax_het.algorithms.mutual import kl_divergence
+from fedjax_het.algorithms.mutual import make_nets
+from fedjax_het.algorithms.mutual import mutual_protocol
+from fedjax_het.algorithms.mutual import shared_predict
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.models.cnn import torch_kernel_init
 
 
@@ -136,23 +144,23 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask,
     logits_s, rep_s: mentee logits [B, C] and representation [B, d_s].
     w_h: [d_s, d_t] map of the mentee's representation to the mentor's width.
     labels, mask: [B].
-    kl_reduction: ``fml.kl_divergence``'s reduction.
+    kl_reduction: ``kl_divergence``'s reduction.
   """
   ce_t = cl.cross_entropy(logits_t, labels, mask)
   ce_s = cl.cross_entropy(logits_s, labels, mask)
   scale = 1.0 / jnp.maximum(jax.lax.stop_gradient(ce_t + ce_s), 1e-6)
   diff = rep_t.astype(jnp.float32) - rep_s.astype(jnp.float32) @ w_h
   hidden = cl.masked_mean(jnp.mean(jnp.square(diff), axis=-1), mask)
-  loss_t = ce_t + scale * (fml.kl_divergence(logits_s, logits_t, mask, kl_reduction)
+  loss_t = ce_t + scale * (kl_divergence(logits_s, logits_t, mask, kl_reduction)
                            + hidden)
-  loss_s = ce_s + scale * (fml.kl_divergence(logits_t, logits_s, mask, kl_reduction)
+  loss_s = ce_s + scale * (kl_divergence(logits_t, logits_s, mask, kl_reduction)
                            + hidden)
   return loss_t, loss_s
 
 
 def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
           weight_decay: float = 0.0, grad_clip: float = 0.0,
-          small_arch: str = "cnn5", rep_dim: int = fml.LOCAL_REP_DIM,
+          small_arch: str = "cnn5", rep_dim: int = LOCAL_REP_DIM,
           svd_energy_start: float = 0.95, svd_energy_end: float = 0.98,
           num_rounds: int = 100, evaluate: str = "private",
           kl_reduction: str = "batchmean") -> base.Algorithm:
@@ -180,13 +188,13 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                      ("svd_energy_end", svd_energy_end)):
     if not 0.0 <= value <= 1.0:
       raise ValueError(f"algo.{key}={value} must be in [0, 1] (start 0 = off)")
-  fml.check_evaluate(evaluate, kl_reduction)
+  check_evaluate(evaluate, kl_reduction)
   compress = svd_energy_start > 0
 
   def energy(round_):
     return energy_at(round_, svd_energy_start, svd_energy_end, num_rounds)
-  nets = fml.make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
-  w_h = nn.Dense(fml.LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
+  nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
+  w_h = nn.Dense(LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_params(g, key):
@@ -216,16 +224,16 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def server_aggregate(server, uploads, weights, train_key, server_data):
     del train_key, server_data
-    update = fedmrl.aggregate(uploads, weights)  # g = sum_k n_k g_k / sum_k n_k
+    update = weighted_average(uploads, weights)  # g = sum_k n_k g_k / sum_k n_k
     update, down = compress_tree(update, energy(server["round"]) if compress else 0.0)
     theta = jax.tree.map(jnp.add, server["theta"], update)
     return {"theta": theta, "round": server["round"] + 1}, {"downlink_params": down}
 
-  shared = dict(predict=fml.shared_predict(nets, lambda payload: payload["theta"]),
+  shared = dict(predict=shared_predict(nets, lambda payload: payload["theta"]),
                 trained_payload=trained_mentee)
-  proto = fml.mutual_protocol(nets, opt, client_update,
-                              server_aggregate=server_aggregate, init_params=init_params,
-                              **(shared if evaluate == "shared" else {}))
+  proto = mutual_protocol(nets, opt, client_update,
+                          server_aggregate=server_aggregate, init_params=init_params,
+                          **(shared if evaluate == "shared" else {}))
   init_theta = proto.init_server
   proto = proto._replace(
       init_server=lambda rng: {"theta": init_theta(rng), "round": jnp.zeros((), jnp.int32)},
@@ -243,8 +251,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=server), metrics
 
-  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto, round_fn)
 
 
 def trained_mentee(payload, update):
@@ -260,7 +267,7 @@ def uplink(params, theta):
 
 SPEC = base.Spec(
     lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
-    dict(small_arch="cnn5", rep_dim=fml.LOCAL_REP_DIM, svd_energy_start=0.95,
+    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, svd_energy_start=0.95,
          svd_energy_end=0.98, evaluate="private", kl_reduction="batchmean"),
-    choices=dict(small_arch=models.ArchitectureChoices(), evaluate=fml.EVALUATED,
-                 kl_reduction=fml.KL_REDUCTIONS))
+    choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
+                 kl_reduction=KL_REDUCTIONS))

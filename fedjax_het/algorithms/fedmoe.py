@@ -30,12 +30,11 @@ import optax
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms import fedavg
-from fedjax_het.algorithms.fedmrl import aggregate
-from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM
+from fedjax_het.algorithms.shared import dummy_input
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
-
-LOCAL_REP_DIM = 500
 
 
 class FedMoENets:
@@ -92,7 +91,7 @@ def optimizer(learning_rate: float, gating_learning_rate: float, momentum: float
       optax.multi_transform(
           {"model": base.sgd(learning_rate, momentum, weight_decay),
            "gate": base.sgd(gating_learning_rate, momentum, weight_decay)},
-          lambda params: {k: jax.tree.map(lambda _: "gate" if k == "gate" else "model", v)
+          lambda params: {k: jax.tree.map(lambda _, k=k: "gate" if k == "gate" else "model", v)
                           for k, v in params.items()}))
 
 
@@ -125,14 +124,6 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
           for arch in rt.layout.archs]
   opt = optimizer(learning_rate, gating_learning_rate, momentum, weight_decay, grad_clip)
 
-  def loss_fn(net):
-    def fn(params, model_state, batch, rng):
-      del rng
-      logits, model_state = net.logits(params, model_state, batch.x, train=True,
-                                         mask=batch.mask)
-      return cl.cross_entropy(logits, batch.y, batch.mask), model_state
-    return fn
-
   def init_client(g, key):
     params, model_state = nets[g].init(key)
     return base.ClientState(params, model_state, opt.init(params))
@@ -150,7 +141,7 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
     del theta, train_key, server_data
-    return aggregate(uploads, weights), {}  # Eq. (6)
+    return weighted_average(uploads, weights), {}  # Eq. (6)
 
   def predict(g, client, theta):
     params = dict(client.params, global_ex=theta)  # the server's latest theta
@@ -159,8 +150,20 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                         server_aggregate, predict, trained_payload=base.own_upload)
 
-  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto)
+
+
+def loss_fn(net: FedMoENets):
+  """Eq. (1)-(3): CE of the header on the gated mixture, a ``clients.LossFn``.
+
+  The gate trains in train mode (batch statistics of the real examples, ``batch.mask``).
+  """
+  def fn(params, model_state, batch, rng):
+    del rng
+    logits, model_state = net.logits(params, model_state, batch.x, train=True,
+                                     mask=batch.mask)
+    return cl.cross_entropy(logits, batch.y, batch.mask), model_state
+  return fn
 
 
 def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidden: int = 64,

@@ -44,14 +44,16 @@ from flax import linen as nn
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.models.cnn import torch_bias_init, torch_kernel_init
-from fedjax_het.algorithms import fedavg
-from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.algorithms.shared import LOCAL_REP_DIM
+from fedjax_het.algorithms.shared import dummy_input
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
+from fedjax_het.models.cnn import torch_bias_init
+from fedjax_het.models.cnn import torch_kernel_init
 
 INFERENCE = ("mix-large", "mix-small", "single-large", "single-small")
 AGGREGATION = ("paper", "last_client")
-LOCAL_REP_DIM = 500  # d2: width of the CNN-1..5 representations
 
 
 class FedMRLNets:
@@ -129,29 +131,17 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     inference: one of ``INFERENCE``.
     aggregation: 'paper' (Eq. 4) or 'last_client' (the authors' code; module docstring).
 
+  ``d1``, ``inference`` and ``aggregation`` are checked with the config, before any
+  compute (``check``, the ``Spec``'s hook); a factory call does not check them again.
+
   Returns:
     ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k,
     'proj': phi_k} stacked over the group's clients; ``state.server`` = theta.
   """
-  if inference not in INFERENCE:
-    raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
-  if aggregation not in AGGREGATION:
-    raise ValueError(f"algo.aggregation={aggregation!r}; valid: {AGGREGATION}")
-  if not 1 <= d1 <= LOCAL_REP_DIM:
-    raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
                      use_mrl=use_mrl, dtype=rt.compute_dtype,
                      image_shape=rt.layout.image_shape) for arch in rt.layout.archs]
   opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
-
-  def loss_fn(net):
-    def fn(params, model_state, batch, rng):
-      del rng
-      small, large = net.heads(params, net.fused(params, batch.x))
-      loss = (m_lc * cl.cross_entropy(small, batch.y, batch.mask)
-              + m_hf * cl.cross_entropy(large, batch.y, batch.mask))
-      return loss, model_state
-    return fn
 
   def init_client(g, key):
     params = nets[g].init(key)
@@ -162,15 +152,15 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def client_update(g, client, theta, data, idx, mask, key):
     params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
-    r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x,
-                       data.y, idx, mask, key, **rt.train_options())
+    r = cl.local_train(loss_fn(nets[g], m_lc=m_lc, m_hf=m_hf), opt, params, None,
+                       opt_state, data.x, data.y, idx, mask, key, **rt.train_options())
     return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
     del theta, server_data
     if aggregation == "last_client":
       return last_client(uploads, weights, train_key), {}
-    return aggregate(uploads, weights), {}
+    return weighted_average(uploads, weights), {}  # Eq. (4)
 
   def predict(g, client, theta):
     params = dict(client.params, **{"global": theta})  # latest theta, as the reference
@@ -179,19 +169,23 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                         server_aggregate, predict, trained_payload=base.own_upload)
 
-  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto)
+
+
+def loss_fn(net: FedMRLNets, *, m_lc: float = 1.0, m_hf: float = 1.0):
+  """Eq. (3), l = m_lc CE(G_hd(R^lc), y) + m_hf CE(F_hd(R^hf), y), a ``clients.LossFn``."""
+  def fn(params, model_state, batch, rng):
+    del rng
+    small, large = net.heads(params, net.fused(params, batch.x))
+    loss = (m_lc * cl.cross_entropy(small, batch.y, batch.mask)
+            + m_hf * cl.cross_entropy(large, batch.y, batch.mask))
+    return loss, model_state
+  return fn
 
 
 def uplink(params):
   """What a FedMRL client sends: its trained copy of the shared small model theta_k."""
   return params["global"]
-
-
-def aggregate(uploads: list, weights: list):
-  """Eq. (4): example-weighted mean of the uploaded theta_k over all groups' clients."""
-  stacked = jax.tree.map(lambda *a: jnp.concatenate(a), *uploads)
-  return cl.weighted_mean(stacked, jnp.concatenate(weights))
 
 
 def last_client(uploads: list, weights: list, key: jax.Array):
@@ -208,9 +202,25 @@ def last_client(uploads: list, weights: list, key: jax.Array):
   return jax.tree.map(lambda a: a[jnp.argmax(scores)], stacked)
 
 
+def check(config) -> None:
+  """The values of ``config.algo`` FedMRL cannot run, raised before any compute.
+
+  ``fedjax_het.config.validate`` calls it (``Spec.check``) after the ``choices``.
+  """
+  algo = lambda key: config.algo.get(key, SPEC.hparams[key])  # noqa: E731
+  inference, aggregation, d1 = algo("inference"), algo("aggregation"), algo("d1")
+  if inference not in INFERENCE:
+    raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
+  if aggregation not in AGGREGATION:
+    raise ValueError(f"algo.aggregation={aggregation!r}; valid: {AGGREGATION}")
+  if not 1 <= d1 <= LOCAL_REP_DIM:
+    raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
+
+
 SPEC = base.Spec(
     lambda c, rt: fedmrl(rt, **base.sgd_args(c), **c.algo),
     dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large",
          aggregation="paper"),
     choices=dict(inference=INFERENCE, small_arch=models.ArchitectureChoices(),
-                 aggregation=AGGREGATION))
+                 aggregation=AGGREGATION),
+    check=check)

@@ -26,13 +26,14 @@ their first round (HtFLlib lets clients start from their own heads).
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms import fedavg
-from fedjax_het.algorithms.standalone import (classifier_loss, init_models,
-                                              private_client_init)
+from fedjax_het.algorithms.shared import classifier_loss
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import init_models
+from fedjax_het.algorithms.shared import private_client_init
+from fedjax_het.algorithms.shared import weighted_average
 
 
 def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
@@ -65,7 +66,7 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def server_aggregate(header, uploads, weights, train_key, server_data):
     del header, train_key, server_data
-    return aggregate(uploads, weights), {}
+    return weighted_average(uploads, weights), {}  # sum_k n_k theta_k^hd / sum_k n_k
 
   def predict(g, client, header):
     params = with_header(client.params, header)  # local extractor, global header
@@ -74,8 +75,7 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = base.Protocol(private_client_init(nets, opt, rt.layout.image_shape), init_server,
                         lambda header, g: header, client_update, server_aggregate, predict,
                         trained_payload=base.own_upload)
-  return base.Algorithm(base.protocol_init(rt, proto), fedavg.average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto)
 
 
 def with_header(params, header):
@@ -86,17 +86,6 @@ def with_header(params, header):
 def uplink(params):
   """What an LG-FedAvg client sends: its trained header (and nothing of its extractor)."""
   return params["header"]
-
-
-def aggregate(uploads: list, weights: list):
-  """Example-weighted mean of the uploaded headers over all groups' clients.
-
-  Args:
-    uploads: per group, header pytrees stacked [slots_g, ...].
-    weights: per group, float32 [slots_g] train examples (0 on padding).
-  """
-  stacked = jax.tree.map(lambda *a: jnp.concatenate(a), *uploads)
-  return cl.weighted_mean(stacked, jnp.concatenate(weights))
 
 
 SPEC = base.Spec(lambda c, rt: lg_fedavg(rt, **base.sgd_args(c)), {})

@@ -20,7 +20,7 @@ Uplink: the device model's weights only. Downlink: the deployed type model. Both
 counted per participating client, averaged over the clients of all types.
 
 Protocol: a client downloads w_g (``server['types'][g]``), runs FedAvg's local step
-(``fedavg.local_update``) and uploads its trained w_k; the server's ``aggregate`` runs the
+(``shared.local_update``) and uploads its trained w_k; the server's ``aggregate`` runs the
 per-type weighted mean (a type without any upload keeps its model), WIRE up, FILE and
 WIRE down on its public images (``Protocol.server_data``).
 
@@ -42,9 +42,11 @@ import optax
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
-from fedjax_het.algorithms import fedavg
 from fedjax_het.algorithms import moss_wire as wire
-from fedjax_het.algorithms.standalone import dummy_input
+from fedjax_het.algorithms.shared import count_rounds
+from fedjax_het.algorithms.shared import dummy_input
+from fedjax_het.algorithms.shared import from_protocol
+from fedjax_het.algorithms.shared import local_update
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.models.preprocess import normalize
 
@@ -250,8 +252,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: applies[g](w_g, x)[0]
 
   proto = base.Protocol(
-      fedavg.count_rounds, init_server, lambda server, g: server["types"][g],
-      fedavg.local_update(rt, nets, opt), server_aggregate, predict,
+      count_rounds, init_server, lambda server, g: server["types"][g],
+      local_update(rt, nets, opt), server_aggregate, predict,
       server_data=lambda data, rng: public_set(data, rng)[0],
       trained_payload=base.own_upload)
 
@@ -268,8 +270,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=server), metrics
 
-  return base.Algorithm(base.protocol_init(rt, proto), round_fn,
-                        base.protocol_evaluate(rt, proto), proto)
+  return from_protocol(rt, proto, round_fn)
 
 
 def type_average(uploads, weights: jax.Array, previous):

@@ -21,6 +21,8 @@ import flax
 import jax
 import numpy as np
 
+from fedjax_het.sharding import round_up
+
 
 @flax.struct.dataclass
 class ClientIndex:
@@ -126,11 +128,6 @@ def group_clients(client_archs: Sequence[str]) -> tuple[tuple[str, ...],
   return tuple(groups), tuple(tuple(ids) for ids in groups.values())
 
 
-def _round_up(n: int, multiple: int) -> int:
-  """Smallest multiple of ``multiple`` that is >= ``n``."""
-  return -(-n // multiple) * multiple
-
-
 def pad_table(indices: Sequence[np.ndarray], num_rows: int,
               multiple: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Stacks index arrays into a padded table.
@@ -145,7 +142,7 @@ def pad_table(indices: Sequence[np.ndarray], num_rows: int,
     [num_rows])``; padding has index 0 and mask False.
   """
   longest = max([len(i) for i in indices] + [1])
-  width = _round_up(longest, multiple)
+  width = round_up(longest, multiple)
   idx = np.zeros((num_rows, width), np.int32)
   mask = np.zeros((num_rows, width), bool)
   counts = np.zeros(num_rows, np.int32)
@@ -209,7 +206,7 @@ def build_federated_data(x: np.ndarray, y: np.ndarray,
   _check_inputs(x, y, train_indices, test_indices, client_archs, num_classes,
                 pad_clients_to, pad_examples_to)
   archs, client_ids = group_clients(client_archs)
-  padded = tuple(_round_up(len(ids), pad_clients_to) for ids in client_ids)
+  padded = tuple(round_up(len(ids), pad_clients_to) for ids in client_ids)
   groups = []
   for ids, rows in zip(client_ids, padded):
     tr = pad_table([train_indices[k] for k in ids], rows, pad_examples_to)

@@ -36,10 +36,13 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from fedjax_het.models.preprocess import CIFAR_MEAN, CIFAR_STD
+from fedjax_het.models.preprocess import CIFAR_MEAN
+from fedjax_het.models.preprocess import CIFAR_STD
 
 # Built-in dataset name -> number of classes (their images are IMAGE_SHAPE).
 DATASETS = {"cifar10": 10, "cifar100": 100}
+# Built-in dataset name -> examples of its (train, test) splits (``pool.pool_sizes``).
+SPLIT_SIZES = {"cifar10": (50000, 10000), "cifar100": (50000, 10000)}
 ENV_VAR = "FEDJAX_HET_DATA"
 IMAGE_SHAPE = (32, 32, 3)
 SPLITS = ("train", "test")

@@ -37,10 +37,17 @@ from fedjax_het import clients as cl
 from fedjax_het import config as config_lib
 from fedjax_het import data as data_lib
 from fedjax_het import models
-from fedjax_het.algorithms import Algorithm, Runtime, State, base, get_spec
-from fedjax_het.data.sources import IMAGE_SHAPE, parse_floats
+from fedjax_het import validation
+from fedjax_het.algorithms import Algorithm
+from fedjax_het.algorithms import Runtime
+from fedjax_het.algorithms import State
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms import get_spec
+from fedjax_het.data.sources import IMAGE_SHAPE
+from fedjax_het.data.sources import parse_floats
 from fedjax_het.training import checkpoint as ckpt_lib
-from fedjax_het.training import loop
+from fedjax_het.training import experiment
+from fedjax_het.training import runfiles
 
 PyTree = Any
 
@@ -146,12 +153,12 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
   Raises:
     ValueError: a bad config, or an algorithm without a ``protocol``, before any compute.
   """
-  config_lib.validate(config)
-  config = config_lib.with_algo_defaults(config)
+  validation.validate(config)
+  config = validation.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
   if with_data:
-    pool, train, test, _ = loop.load_clients(config)
-    loop.check_models(config, archs, pool)
+    pool, train, test, _ = data_lib.load_clients(**config_lib.data_args(config))
+    validation.check_models(config, archs, pool)
     fed, layout = data_lib.build_federated_data(pool.x, pool.y, train, test, archs,
                                                 num_classes=pool.num_classes,
                                                 pad_examples_to=config.batch_size)
@@ -168,7 +175,7 @@ def prepare_federation(config: ml_collections.ConfigDict, *,
                              data_lib.DATASETS[config.data.name], IMAGE_SHAPE)
     normalization = None if not config.data.mean else tuple(
         parse_floats(config.data[k]) for k in ("mean", "std"))
-  rt = loop.make_runtime(config, layout, None, normalization)
+  rt = experiment.make_runtime(config, layout, None, normalization)
   algorithm = get_spec(config.algorithm).build(config, rt)
   if algorithm.protocol is None:
     raise ValueError(f"algorithm {config.algorithm!r} has no protocol to deploy")
@@ -215,11 +222,11 @@ def prepare_client(config: ml_collections.ConfigDict, client_id: int,
 def _federation_of(config: ml_collections.ConfigDict, meta: dict) -> Federation:
   """A data-less ``Federation`` from the layout and normalization ``prepare_client``
   kept (what ``prepare_federation`` builds after reading the pool)."""
-  config_lib.validate(config)
-  config = config_lib.with_algo_defaults(config)
+  validation.validate(config)
+  config = validation.with_algo_defaults(config)
   tup = lambda v: tuple(tup(x) for x in v) if isinstance(v, list) else v
   layout = data_lib.Layout(**{k: tup(v) for k, v in meta["layout"].items()})
-  rt = loop.make_runtime(config, layout, None, tup(meta["normalization"]))
+  rt = experiment.make_runtime(config, layout, None, tup(meta["normalization"]))
   archs = tuple(models.client_archs(config.models, config.num_clients))
   return Federation(config, rt, get_spec(config.algorithm).build(config, rt), None, archs)
 
@@ -434,7 +441,7 @@ def on_device(abstract: PyTree) -> PyTree:
 
 def fingerprint(fed: Federation) -> dict:
   """The config values that define a deployment's results (as the simulator's)."""
-  return loop.fingerprint(fed)
+  return runfiles.fingerprint(fed)
 
 
 # ---------------------------------------------------------------- the client

@@ -67,21 +67,32 @@ import re  # noqa: E402
 import shlex  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Callable, Mapping  # noqa: E402
+from typing import (
+  Any,  # noqa: E402
+  Callable,  # noqa: E402
+  Mapping,  # noqa: E402
+)
 
 import numpy as np  # noqa: E402
-from flwr.app import (ArrayRecord, ConfigRecord, Context, Message,  # noqa: E402
-                      MessageType, MetricRecord, RecordDict)
+from flwr.app import ArrayRecord  # noqa: E402
+from flwr.app import ConfigRecord  # noqa: E402
+from flwr.app import Context  # noqa: E402
+from flwr.app import Message  # noqa: E402
+from flwr.app import MessageType  # noqa: E402
+from flwr.app import MetricRecord  # noqa: E402
+from flwr.app import RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.common.constant import ErrorCode  # noqa: E402
-from flwr.serverapp import Grid, ServerApp  # noqa: E402
+from flwr.serverapp import Grid  # noqa: E402
+from flwr.serverapp import ServerApp  # noqa: E402
 
 from fedjax_het import cli  # noqa: E402
 from fedjax_het import config as config_lib  # noqa: E402
+from fedjax_het import config_files  # noqa: E402
 from fedjax_het.algorithms import base  # noqa: E402
 from fedjax_het.deploy import federation as fed_lib  # noqa: E402
-from fedjax_het.training import loop  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
+from fedjax_het.training import runfiles  # noqa: E402
 
 RECORD = "fedjax"  # the ConfigRecord of every message: round, client id, config, key
 PAYLOAD, UPLOAD, AUX = "payload", "upload", "aux"
@@ -224,9 +235,10 @@ def load_config(spec: str, overrides: str = ""):
   """The experiment config of ``--config=spec`` with ``overrides`` applied.
 
   Raises:
-    ValueError: no such file, an unknown key or a value of the wrong type.
+    FileNotFoundError: no such file.
+    ValueError: an unknown key or a value of the wrong type.
   """
-  config = cli.load_config_file(spec)
+  config = config_files.load_config_file(spec)
   for key, text in parse_overrides(overrides).items():
     cli.check_key(config, key)
     node = config
@@ -667,7 +679,7 @@ def run_server(grid: Grid, settings: ServerSettings) -> dict:
   workdir = os.path.abspath(settings.workdir)
   os.makedirs(workdir, exist_ok=True)
   if settings.fresh_start:
-    loop.clear_outputs(workdir)
+    runfiles.clear_outputs(workdir)
   log = _server_log(workdir)
   use_compilation_cache(os.path.join(workdir, "jax_cache"))
   roster = Roster(grid, config_json(fed), fed.runtime.layout.num_clients,
@@ -723,15 +735,7 @@ def client_workdir(settings: NodeSettings, config) -> str:
   """Where this client keeps the state of one experiment, ``<workdir>/runs/<hash of
   the config but its resumable keys>``: one SuperNode serves several experiments, and
   a resubmitted run (more rounds, say) finds its state."""
-  flat = {}
-
-  def walk(prefix, d):
-    for k, v in d.items():
-      if isinstance(v, dict):
-        walk(f"{prefix}{k}.", v)
-      elif f"{prefix}{k}" not in loop.RESUMABLE_KEYS:
-        flat[f"{prefix}{k}"] = v
-  walk("", config.to_dict())
+  flat = runfiles.comparable(config.to_dict())
   digest = hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode())
   return os.path.join(settings.workdir, "runs", digest.hexdigest()[:12])
 

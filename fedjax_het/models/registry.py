@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het import plugins
-from fedjax_het.models.cnn import CNN, CNNExtractor
+from fedjax_het.models.cnn import CNN
+from fedjax_het.models.cnn import CNNExtractor
 from fedjax_het.models.custom import Classifier
 
 

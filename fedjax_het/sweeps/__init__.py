@@ -1,7 +1,12 @@
 """Grids of runs and their reports, as library code research scripts can import.
 
-- ``runner``: a sweep (algorithms x settings x seeds) planned, run or resumed, and
-  tabulated (``results.csv``, ``results.md``); ``experiments/sweep.py`` is its command.
+- ``plan``: a sweep's grid (algorithms x settings x seeds) as runs, and which finished;
+- ``runner``: a sweep run or resumed, and tabulated (``results.csv``, ``results.md``);
+  ``experiments/sweep.py`` is its command;
+- ``tables``: the CSV rows and Markdown tables of a sweep's results;
+- ``eta``: the sweep's ETA, projected from the training loop's progress callback;
+- ``budget`` and ``campaign``: FLOPs and time before a sweep starts; the campaign
+  (``benchmarks/campaign.py``).
 - ``plots``: figures and TensorBoard logs of run directories (needs the ``plots`` extra,
   matplotlib and tensorboardX); ``experiments/plots.py``.
 - ``results_page``: ``docs/results.md`` from a sweep and its figures;

@@ -18,7 +18,7 @@ import os
 from typing import Callable, NamedTuple, Sequence
 
 from fedjax_het.training import estimate
-from fedjax_het.training import loop
+from fedjax_het.training import experiment
 from fedjax_het.training import metrics as metrics_lib
 
 COSTS_FILE = "costs.json"
@@ -78,7 +78,7 @@ def cell_costs(runs: Sequence, positions: Sequence[int], sweep_dir: str,
     if key in saved and saved[key].get("config") == config:
       out[key] = saved[key]
       continue
-    exp = loop.prepare(run.config, place=False)
+    exp = experiment.prepare(run.config, place=False)
     cost = estimate.run_cost(exp)
     out[key] = {"total_flops": cost.total_flops, "round_flops": cost.round_flops,
                 "num_rounds": cost.num_rounds, "config": config}

@@ -47,10 +47,13 @@ from typing import Callable
 import jax
 import ml_collections
 
+from fedjax_het.config_files import flatten
+from fedjax_het.config_files import load_config_file
+from fedjax_het.sweeps import plan as plan_lib
 from fedjax_het.sweeps import runner
+from fedjax_het.sweeps import tables
 from fedjax_het.training import metrics as metrics_lib
 
-REPO_DIR = os.path.dirname(runner.EXPERIMENTS_DIR)
 # The methods the papers are about come first, then the baselines, then other seeds.
 FIRST = ("standalone", "fedmrl", "fedmoe")
 
@@ -62,7 +65,7 @@ class Size:
   Attributes:
     name: the results directory ``<results>/<name>``.
     compare_args: ``benchmarks/compare.py`` arguments.
-    sweep_file: the sweep (under ``experiments/sweeps/``).
+    sweep_file: the sweep (under ``<repo_dir>/experiments/sweeps/``).
     settings_prefix: keep only the sweep's settings whose name starts with this.
     seeds: the seeds of every cell (None: the sweep file's).
     seed_batch: seeds run together (None: ``default_seed_batch``).
@@ -91,18 +94,24 @@ def results_name(size: Size, compute_dtype: str) -> str:
   return size.name + ("_bf16" if compute_dtype == "bfloat16" else "")
 
 
-def sweep_config(size: Size, compute_dtype: str = "float32") -> ml_collections.ConfigDict:
-  """The size's sweep, its settings and seeds cut as the size says, every run computing
-  in ``compute_dtype``."""
-  sweep = runner.load_config_file(os.path.join(runner.EXPERIMENTS_DIR, "sweeps",
-                                               size.sweep_file))
-  settings = runner.named_overrides(sweep.settings)
+def experiments_dir(repo_dir: str) -> str:
+  """``<repo_dir>/experiments``: the sweep files' and the algorithms' config files."""
+  return os.path.join(repo_dir, "experiments")
+
+
+def sweep_config(size: Size, compute_dtype: str = "float32", *,
+                 repo_dir: str) -> ml_collections.ConfigDict:
+  """The size's sweep (in the source tree ``repo_dir``), its settings and seeds cut as
+  the size says, every run computing in ``compute_dtype``."""
+  sweep = load_config_file(os.path.join(experiments_dir(repo_dir), "sweeps",
+                                        size.sweep_file))
+  settings = plan_lib.named_overrides(sweep.settings)
   kept = {name: values for name, values in settings if name.startswith(size.settings_prefix)}
   sweep.settings = ml_collections.ConfigDict(kept, allow_dotted_keys=True, sort_keys=False)
   if size.seeds is not None:
     sweep.seeds = tuple(size.seeds)
   if compute_dtype != "float32":
-    base = runner.flatten(sweep.get("base_overrides") or {})
+    base = flatten(sweep.get("base_overrides") or {})
     base["runtime.compute_dtype"] = compute_dtype
     sweep.base_overrides = ml_collections.ConfigDict(base, allow_dotted_keys=True)
   return sweep
@@ -113,8 +122,8 @@ def priority(sweep: ml_collections.ConfigDict) -> Callable:
 
   Within each part, by setting (the sweep's order), then by method.
   """
-  settings = [name for name, _ in runner.named_overrides(sweep.settings)]
-  algorithms = [runner.resolve_algorithm(a)[0] for a in sweep.algorithms]
+  settings = [name for name, _ in plan_lib.named_overrides(sweep.settings)]
+  algorithms = [plan_lib.resolve_algorithm(a)[0] for a in sweep.algorithms]
   min_seed = min(sweep.seeds)
 
   def key(run):
@@ -123,18 +132,21 @@ def priority(sweep: ml_collections.ConfigDict) -> Callable:
   return key
 
 
-def compare_command(size: Size, compute_dtype: str = "float32") -> list[str]:
-  """``benchmarks/compare.py`` for FedAvg/FedMRL/FedMoE: ours-auto, jit loop, torch."""
+def compare_command(size: Size, compute_dtype: str = "float32", *,
+                    repo_dir: str) -> list[str]:
+  """``<repo_dir>/benchmarks/compare.py`` for FedAvg/FedMRL/FedMoE: ours-auto, jit loop,
+  torch."""
   impls = "ours-auto,jit-per-client"
   if importlib.util.find_spec("torch") is not None:
     impls += ",torch"
-  return [sys.executable, os.path.join(REPO_DIR, "benchmarks", "compare.py"),
+  return [sys.executable, os.path.join(repo_dir, "benchmarks", "compare.py"),
           *size.compare_args, f"--algorithms={COMPARE_ALGORITHMS}", f"--impls={impls}",
           f"--dtype={compute_dtype}"]
 
 
 def run_compare(size: Size, out_dir: str, deadline: float,
-                log: Callable[[str], None], compute_dtype: str = "float32") -> str:
+                log: Callable[[str], None], compute_dtype: str = "float32", *,
+                repo_dir: str) -> str:
   """Step 1: the comparison table into ``compare.txt`` (skipped when already there).
 
   Returns:
@@ -144,7 +156,7 @@ def run_compare(size: Size, out_dir: str, deadline: float,
   if os.path.exists(path):
     log(f"campaign: compare.py done earlier ({path})")
     return "done earlier"
-  command = compare_command(size, compute_dtype)
+  command = compare_command(size, compute_dtype, repo_dir=repo_dir)
   log(f"campaign: {' '.join(os.path.relpath(c) if c.endswith('.py') else c for c in command)}")
   try:
     out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
@@ -152,7 +164,7 @@ def run_compare(size: Size, out_dir: str, deadline: float,
   except subprocess.TimeoutExpired:
     log("campaign: compare.py did not finish within the budget; rerun to continue")
     return "stopped at the budget"
-  runner.write_text(path, out.stdout)
+  tables.write_text(path, out.stdout)
   log(out.stdout.rstrip())
   return "done"
 
@@ -165,11 +177,12 @@ def default_seed_batch() -> int:
 def run_campaign(size_name: str, *, results_dir: str, budget_s: float,
                  seed_batch: int | None = None, compare: bool = True,
                  compute_dtype: str = "float32",
-                 log: Callable[[str], None] = print) -> dict:
+                 log: Callable[[str], None] = print, repo_dir: str) -> dict:
   """Runs the campaign of ``size_name`` for at most about ``budget_s`` seconds.
 
   ``compute_dtype``: every run's and the comparison's compute dtype (``float32`` or
   ``bfloat16``; bf16 results go to their own directory, ``results_name``).
+  ``repo_dir``: the source tree (its ``experiments/`` and ``benchmarks/compare.py``).
 
   Returns:
     What this call did: ``{'compare', 'runs_done', 'runs_total', 'rows'}``.
@@ -187,20 +200,23 @@ def run_campaign(size_name: str, *, results_dir: str, budget_s: float,
   deadline = t0 + budget_s
   out_dir = os.path.join(results_dir, results_name(size, compute_dtype))
   os.makedirs(out_dir, exist_ok=True)
-  sweep = sweep_config(size, compute_dtype)
-  runs = runner.plan(sweep, out_dir)  # validates every config before anything runs
+  sweep = sweep_config(size, compute_dtype, repo_dir=repo_dir)
+  configs_dir = experiments_dir(repo_dir)
+  # validates every config before anything runs
+  runs = plan_lib.plan(sweep, out_dir, configs_dir=configs_dir)
   log(f"campaign {size_name}: budget {metrics_lib.format_s(budget_s)}, {len(runs)} runs "
       f"-> {out_dir}; {jax.device_count()} x {jax.devices()[0].device_kind}, seeds "
       f"{seed_batch} at a time, compute in {compute_dtype}")
-  compared = (run_compare(size, out_dir, deadline, log, compute_dtype) if compare
-              else "skipped")
+  compared = (run_compare(size, out_dir, deadline, log, compute_dtype, repo_dir=repo_dir)
+              if compare else "skipped")
   rows = []
   if time.time() < deadline:
     rows = runner.run_sweep(sweep, out_dir, log=log, seed_batch=seed_batch,
                             order=priority(sweep), deadline=deadline, estimate_first=True,
                             command=f"python benchmarks/campaign.py --size={size_name}"
                             + (f" --compute_dtype={compute_dtype}"
-                               if compute_dtype != "float32" else ""))
+                               if compute_dtype != "float32" else ""),
+                            configs_dir=configs_dir)
   done = sum(r["status"] == "done" for r in rows)
   record = {"size": size_name, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z",
                                                         time.localtime(t0)),
@@ -219,8 +235,12 @@ def run_campaign(size_name: str, *, results_dir: str, budget_s: float,
   return {**record, "rows": rows}
 
 
-def cli(argv=None) -> None:
-  """``benchmarks/campaign.py``: ``--size``, ``--budget_min``, ``--results``, ..."""
+def cli(argv=None, *, repo_dir: str) -> None:
+  """``benchmarks/campaign.py``: ``--size``, ``--budget_min``, ``--results``, ...
+
+  ``repo_dir``: the source tree (``run_campaign``); ``--results`` defaults to its
+  ``results/``.
+  """
   import argparse  # noqa: PLC0415
 
   from fedjax_het import cli as cli_lib  # noqa: PLC0415
@@ -231,7 +251,7 @@ def cli(argv=None) -> None:
   p.add_argument("--budget_min", type=float, default=25.0,
                  help="minutes; the run in progress at the end checkpoints (rerun to "
                       "continue)")
-  p.add_argument("--results", default=os.path.join(REPO_DIR, "results"),
+  p.add_argument("--results", default=os.path.join(repo_dir, "results"),
                  help="results directory (committed; checkpoints inside are ignored)")
   p.add_argument("--seed_batch", type=int, default=0,
                  help="seeds of a cell run together (0: the size's, else 3 on "
@@ -252,6 +272,6 @@ def cli(argv=None) -> None:
     run_campaign(args.size, results_dir=args.results, budget_s=60 * args.budget_min,
                  seed_batch=args.seed_batch or None, compare=not args.skip_compare,
                  compute_dtype=args.compute_dtype,
-                 log=lambda s: print(s, flush=True))
+                 log=lambda s: print(s, flush=True), repo_dir=repo_dir)
   except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as err:
     cli_lib.fail(err)

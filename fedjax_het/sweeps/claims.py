@@ -48,7 +48,9 @@ from typing import Sequence
 import numpy as np
 
 from fedjax_het.sweeps import paired
-from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json
+from fedjax_het.sweeps.rundirs import RunData
+from fedjax_het.sweeps.rundirs import load_runs
+from fedjax_het.sweeps.rundirs import read_json
 
 VERDICTS = ("reproduced", "same direction, smaller", "not seen", "opposite", "differs")
 TESTS = ("paired", "clients", "target", "gates", "fidelity")
@@ -392,8 +394,9 @@ def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
 def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   """The claim's figure (difference by round, or per-client differences), or None."""
   from fedjax_het.sweeps import plots  # noqa: PLC0415 - matplotlib only for the page
+  from fedjax_het.sweeps.plan import slug  # noqa: PLC0415
   os.makedirs(out_dir, exist_ok=True)
-  path = os.path.join(out_dir, f"{plots.sweep_lib.slug(claim.id)}.png")
+  path = os.path.join(out_dir, f"{slug(claim.id)}.png")
   title = (f"{claim.id}: {claim.a.method}" if claim.test in ("gates", "fidelity")
            else f"{claim.id}: {claim.a.method} minus {claim.b.method}")
   if claim.test == "fidelity":

@@ -32,7 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedjax_het.sweeps.rundirs import RunData, load_runs
+from fedjax_het.sweeps.rundirs import RunData
+from fedjax_het.sweeps.rundirs import load_runs
 
 # (column title, metrics.jsonl key, statistic)
 METRICS = (

@@ -39,13 +39,15 @@ from typing import Callable, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
+import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
-import numpy as np  # noqa: E402
 
 from fedjax_het.sweeps import paired as paired_lib  # noqa: E402
-from fedjax_het.sweeps import runner as sweep_lib  # noqa: E402
-from fedjax_het.sweeps.rundirs import RunData, load_runs, read_json  # noqa: E402
+from fedjax_het.sweeps.plan import slug  # noqa: E402
+from fedjax_het.sweeps.rundirs import RunData  # noqa: E402
+from fedjax_het.sweeps.rundirs import load_runs  # noqa: E402
+from fedjax_het.sweeps.rundirs import read_json  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
 
 DPI = 100
@@ -332,18 +334,21 @@ def gate_samples_by_client(workdir: str) -> list[tuple[np.ndarray, np.ndarray]]:
   ``fedmoe.test_gate_weights``.
   """
   import ml_collections  # noqa: PLC0415 - needed only for FedMoE workdirs
+
   from fedjax_het.algorithms import fedmoe  # noqa: PLC0415
   from fedjax_het.training import checkpoint as ckpt_lib  # noqa: PLC0415
-  from fedjax_het.training import loop  # noqa: PLC0415
+  from fedjax_het.training import experiment  # noqa: PLC0415
+  from fedjax_het.training import program  # noqa: PLC0415
+  from fedjax_het.training import runfiles  # noqa: PLC0415
 
   ckpt_dir = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(ckpt_dir):
     raise FileNotFoundError(f"{workdir} has no checkpoints/")
   config = ml_collections.ConfigDict(read_json(os.path.join(workdir, "config.json")))
-  exp = loop.prepare(config)
-  abstract = loop.compile_fns(exp)[-1]
+  exp = experiment.prepare(config)
+  abstract = program.compile_fns(exp).abstract
   ckpt = ckpt_lib.Checkpointer(ckpt_dir, max_to_keep=config.keep_checkpoints,
-                               fingerprint=loop.fingerprint(exp))
+                               fingerprint=runfiles.fingerprint(exp))
   try:
     restored = ckpt.restore_latest(abstract)
   finally:
@@ -412,7 +417,7 @@ def read_scalars(logdir: str) -> dict:
 
 def fig_name(kind: str, setting: str) -> str:
   """``'<kind>_<setting slug>.png'``, or ``'<kind>.png'`` outside a sweep."""
-  return f"{kind}_{sweep_lib.slug(setting)}.png" if setting else f"{kind}.png"
+  return f"{kind}_{slug(setting)}.png" if setting else f"{kind}.png"
 
 
 def figure(kind: str, setting: str, path: str, out: str, caption: str) -> dict:
@@ -462,7 +467,7 @@ def gate_figures(runs: Sequence[RunData], out: str,
     except (ValueError, FileNotFoundError) as err:
       log(f"warning: no gate figure for {run.workdir}: {err}")
       continue
-    path = os.path.join(out, f"gates_{sweep_lib.slug(run.name)}.png")
+    path = os.path.join(out, f"gates_{slug(run.name)}.png")
     figs.append(figure("gates", run.setting, plot_gates(weights, run.name, path), out,
                        "Gate weight of the global expert per client over its test "
                        f"samples ({run.name})."))

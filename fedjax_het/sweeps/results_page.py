@@ -17,9 +17,10 @@ import shlex
 import sys
 from typing import Sequence
 
+from fedjax_het import config_files
 from fedjax_het.sweeps import paired as paired_lib
 from fedjax_het.sweeps import plots as plots_lib
-from fedjax_het.sweeps import runner as sweep_lib
+from fedjax_het.sweeps import tables
 
 KIND_TITLES = {"accuracy": "Mean test accuracy vs rounds",
                "client_diff": "Per-client accuracy difference",
@@ -72,7 +73,7 @@ def answer_lines(comparisons: Sequence[paired_lib.Comparison], rows: Sequence[di
                      f"; {', '.join(groups['within'])} within them." if groups["within"]
                      else "."))
   if paper:
-    stats = sweep_lib.cell_stats(rows, "best_mean_test_acc")
+    stats = tables.cell_stats(rows, "best_mean_test_acc")
     gaps = []
     for method, value in paper["values"].items():
       cells = [m for (a, _), (m, _, _) in stats.items() if a == method]
@@ -119,7 +120,7 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
            f"{len(rows)} of {len(runs)} runs of the sweep; {len(methods)} methods x "
            f"{len(settings)} settings x {len(seeds)} seeds; rounds per run: "
            f"{', '.join(map(str, rounds)) or '–'}.", "", *[f"{a}\n" for a in answers],
-           sweep_lib.results_markdown(rows, methods=methods, settings=settings,
+           tables.results_markdown(rows, methods=methods, settings=settings,
                                       seeds=seeds),
            f"Per-run numbers: [results.csv]({csv_link}).", "",
            *([paired] if paired else [])]
@@ -156,14 +157,14 @@ def sweep_docstring(command: str) -> str:
 def paper_cells(command: str) -> dict | None:
   """The sweep file's ``PAPER_CELLS`` (``{'cell', 'values': {method: %}}``), if any."""
   path = sweep_file(command)
-  return getattr(sweep_lib.load_module(path), "PAPER_CELLS", None) if path else None
+  return getattr(config_files.load_module(path), "PAPER_CELLS", None) if path else None
 
 
 def earlier_section(sweep_dir: str, page_path: str) -> str:
   """An earlier sweep's tables, its command and what it is, for comparison."""
   info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
-    rows = sweep_lib.parse_csv(f.read())
+    rows = tables.parse_csv(f.read())
   methods = list(dict.fromkeys(r["algorithm"] for r in info["runs"]))
   settings = list(dict.fromkeys(r["setting"] for r in info["runs"]))
   about = sweep_docstring(info.get("command", "")).strip().split("\n\n")[0]
@@ -172,7 +173,7 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
   return "\n".join([
       f"## Earlier sweep: {sweep_dir}", "", about, "", "```sh", info.get("command", ""),
       "```", "",
-      sweep_lib.results_markdown(rows, methods=methods, settings=settings,
+      tables.results_markdown(rows, methods=methods, settings=settings,
                                  seeds=list(info["sweep"]["seeds"]), heading="###"),
       f"Per-run numbers: [results.csv]({csv_link}).", ""])
 
@@ -201,7 +202,7 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   """
   sweep_info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
-    rows = sweep_lib.parse_csv(f.read())
+    rows = tables.parse_csv(f.read())
   plots_json = os.path.join(plots_dir, "plots.json") if plots_dir else None
   plots_info = (plots_lib.read_json(plots_json)
                 if plots_json and os.path.exists(plots_json) else None)
@@ -216,7 +217,7 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   for other in earlier:
     text += "\n" + earlier_section(other, out)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  sweep_lib.write_text(out, text)
+  tables.write_text(out, text)
   return text
 
 

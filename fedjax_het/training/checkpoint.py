@@ -47,7 +47,7 @@ class Checkpointer:
     max_to_keep: steps kept on disk.
     fingerprint: flat dict of the config values that define the run; a checkpoint
       written under another fingerprint is refused (``ConfigMismatchError``).
-    defaults: flat defaults of the config keys (``config.flat_defaults``), for keys
+    defaults: flat defaults of the config keys (``validation.flat_defaults``), for keys
       newer than a checkpoint.
   """
 

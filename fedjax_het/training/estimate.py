@@ -14,7 +14,7 @@ useful FLOPs (padding and the server's aggregation are not counted):
 - protocol (b) (``eval_sampled``): every round, the sampled clients' test examples.
 
 The time is estimated from a calibration: ``calibrate`` runs the run's own compiled
-dispatch (``loop.compile_dispatch``, the program ``loop.run`` uses, so with the
+dispatch (``program.compile_dispatch``, the program ``loop.run`` uses, so with the
 persistent compilation cache the run itself does not compile again) for one round
 (compilation) and then two rounds (speed), giving seconds per round and the achieved
 FLOP/s; ``estimate_seconds`` applies them to any run.
@@ -31,6 +31,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_het.models.preprocess import normalize
+from fedjax_het.training import experiment
+from fedjax_het.training import program
 
 
 class Cost(NamedTuple):
@@ -131,10 +133,9 @@ def calibrate(exp, cost: Cost | None = None) -> Calibration:
   Runs on a fresh initial state and writes nothing; the program is the one ``loop.run``
   compiles for this config, so the persistent compilation cache serves the run itself.
   """
-  from fedjax_het.training import loop  # noqa: PLC0415 - loop imports this module
   cost = cost or run_cost(exp)
-  init, *_ = loop.compile_fns(exp)
-  dispatch = loop.compile_dispatch(exp, min(exp.config.num_rounds, loop.MAX_DISPATCH))
+  init = program.compile_fns(exp).init
+  dispatch = program.compile_dispatch(exp, min(exp.config.num_rounds, program.MAX_DISPATCH))
   state = init(jax.random.PRNGKey(exp.config.seed))
   t = time.perf_counter()
   state, rows, _ = dispatch(state, exp.data, np.int32(1))
@@ -185,14 +186,13 @@ def evaluation_cost(config) -> dict:
     evaluations take (``1 - none_s / both_s``, ``1 - none_s / sampled_only_s``).
   """
   from fedjax_het import config as config_lib  # noqa: PLC0415
-  from fedjax_het.training import loop  # noqa: PLC0415 - loop imports this module
   ways = {"both_s": {"eval_every": 1, "eval_sampled": True},
           "sampled_only_s": {"eval_every": config.num_rounds, "eval_sampled": True},
           "none_s": {"eval_every": config.num_rounds, "eval_sampled": False}}
   out = {}
   for name, overrides in ways.items():
     c = config_lib.override(ml_collections.ConfigDict(config.to_dict()), overrides)
-    out[name] = calibrate(loop.prepare(c)).round_s
+    out[name] = calibrate(experiment.prepare(c)).round_s
   out["share_both"] = 1.0 - out["none_s"] / out["both_s"]
   out["share_sampled"] = 1.0 - out["none_s"] / out["sampled_only_s"]
   return out

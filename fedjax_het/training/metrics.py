@@ -145,11 +145,11 @@ def _values(value) -> str:
   return f"{value:.4f}"
 
 
-def format_s(seconds: float) -> str:
-  """``42s``, ``3m05s``, ``2h07m`` (or ``?`` when unknown)."""
-  if not math.isfinite(seconds):
+def format_s(seconds: float | None) -> str:
+  """``42s``, ``3m05s``, ``2h07m`` (or ``?`` when unknown: None or not finite)."""
+  if seconds is None or not math.isfinite(seconds):
     return "?"
-  seconds = int(round(seconds))
+  seconds = int(round(max(seconds, 0.0)))
   if seconds < 60:
     return f"{seconds}s"
   if seconds < 3600:

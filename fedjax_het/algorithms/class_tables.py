@@ -1,0 +1,141 @@
+r"""Per-class tables on the wire: the protocol FedProto and FD share.
+
+A client of FedProto (Tan et al., AAAI 2022) sends, for every class j it holds, the mean
+representation of its examples of class j (its local prototype C_k^(j)); a client of FD
+(Jeong et al., arXiv 1811.11479) sends the mean logits z_k^(j). Both keep a private model
+and exchange only such a table: the server forms the count-weighted per-class mean
+\bar C^(j) = sum_k n_k^(j) C_k^(j) / sum_k n_k^(j) over the clients that sent class j
+(``aggregate_classes``) and sends the whole table back. The algorithm modules supply the
+loss against the downloaded table, what a row holds (``uplink``) and the prediction.
+
+- ``class_stats``: a client's per-class means and counts of any feature (one pass).
+- ``aggregate_classes``, ``remember``: the server's table, optionally keeping the last
+  row of a class nobody sent this round.
+- ``table_protocol``, ``table_round``: the protocol and round built from them, with the
+  communication counted in table entries (``mean_entries_sent``).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_het import clients as cl
+from fedjax_het.algorithms import base
+from fedjax_het.algorithms.shared import private_client_init
+
+
+def empty_table(num_classes: int, width: int) -> dict:
+  """{'table': float32 [C, width] zeros, 'valid': bool [C] all False}."""
+  return {"table": jnp.zeros((num_classes, width), jnp.float32),
+          "valid": jnp.zeros((num_classes,), bool)}
+
+
+def class_stats(feature_fn, x_pool, y_pool, idx, mask, *, num_classes: int,
+                batch_size: int, dtype=jnp.float32, normalization=None) -> dict:
+  """Per-class means of ``feature_fn`` over one client's examples (one pass, no grad).
+
+  Args:
+    feature_fn: normalized images [B, ...] -> features [B, D].
+    x_pool, y_pool: pooled images and labels.
+    idx, mask: int32 / bool [n_max], ``n_max`` a multiple of ``batch_size``.
+    dtype, normalization: as ``clients.make_batch``.
+
+  Returns:
+    {'means': float32 [C, D] (zeros for classes the client does not hold),
+     'counts': float32 [C] examples per class}.
+  """
+  chunks = (idx.reshape(-1, batch_size), mask.reshape(-1, batch_size))
+
+  def chunk(args):
+    bidx, bmask = args
+    batch = cl.make_batch(x_pool, y_pool, bidx, bmask, dtype=dtype,
+                          normalization=normalization)
+    feats = jax.lax.stop_gradient(feature_fn(batch.x)).astype(jnp.float32)
+    onehot = jax.nn.one_hot(batch.y, num_classes) * bmask[:, None]
+    return onehot.T @ feats, jnp.sum(onehot, axis=0)
+
+  sums, counts = jax.tree.map(lambda a: jnp.sum(a, axis=0), jax.lax.map(chunk, chunks))
+  return {"means": sums / jnp.maximum(counts, 1.0)[:, None], "counts": counts}
+
+
+def aggregate_classes(uploads: list) -> dict:
+  """Count-weighted per-class mean of the uploaded tables over all groups' clients.
+
+  Args:
+    uploads: per group, {'means': [slots_g, C, D], 'counts': [slots_g, C]} (padding slots
+      and unsent classes have count 0).
+
+  Returns:
+    {'table': [C, D] (zeros where invalid), 'valid': bool [C], True where some client
+    sent the class}.
+  """
+  means = jnp.concatenate([u["means"] for u in uploads])
+  counts = jnp.concatenate([u["counts"] for u in uploads])
+  total = jnp.sum(counts, axis=0)
+  table = jnp.sum(counts[..., None] * means, axis=0) / jnp.maximum(total, 1e-12)[:, None]
+  valid = total > 0
+  return {"table": jnp.where(valid[:, None], table, 0.0), "valid": valid}
+
+
+def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
+  """Mean over participating clients of (#classes sent x ``width``)."""
+  seen = jnp.concatenate([jnp.sum(u["counts"] > 0, axis=-1) for u in uploads])
+  active = (jnp.concatenate(weights) > 0).astype(jnp.float32)
+  return jnp.sum(seen * active) * width / jnp.maximum(jnp.sum(active), 1.0)
+
+
+def remember(old: dict, new: dict) -> dict:
+  """The new table where a class arrived this round, the old row (and validity) elsewhere."""
+  return {"table": jnp.where(new["valid"][:, None], new["table"], old["table"]),
+          "valid": new["valid"] | old["valid"]}
+
+
+def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict,
+                   memory: bool = False) -> base.Protocol:
+  """The protocol of FedProto and FD: private models, per-class tables on the wire.
+
+  Args:
+    rt, nets, opt: runtime, one private CNN per group, local SGD.
+    width: D, the width of a table row (500 for prototypes, C for logits).
+    loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table.
+    uplink: ``(net, params, data, idx, mask, rt) -> {'means' [C, D], 'counts' [C]}``.
+    predict: ``Protocol.predict`` (payload: the global table).
+    memory: a class no client sent this round keeps its previous row (``remember``).
+
+  Returns:
+    ``Protocol``: client state a ``ClientState`` of its private model; server state and
+    downlink {'table': float32 [C, D], 'valid': bool [C]}; upload the client's
+    per-class means and counts, aggregated by ``aggregate_classes``.
+  """
+  def client_update(g, client, table, data, idx, mask, key):
+    r = cl.local_train(loss_fn(nets[g], table), opt, client.params, None, client.opt_state,
+                       data.x, data.y, idx, mask, key, **rt.train_options())
+    sent = uplink(nets[g], r.params, data, idx, mask, rt)
+    return base.ClientState(r.params, None, r.opt_state), sent, {"loss": r.loss}
+
+  def server_aggregate(table, uploads, weights, train_key, server_data):
+    del weights, train_key, server_data  # the class counts weigh the means
+    new = aggregate_classes(uploads)
+    return (remember(table, new) if memory else new), {}
+
+  return base.Protocol(private_client_init(nets, opt, rt.layout.image_shape),
+                       lambda rng: empty_table(rt.layout.num_classes, width),
+                       lambda table, g: table, client_update, server_aggregate, predict)
+
+
+def table_round(rt: base.Runtime, proto: base.Protocol, width: int):
+  """``Algorithm.round`` of ``table_protocol``: the metrics count table entries.
+
+  Uplink: mean over participating clients of (#classes held x ``width``); downlink: the
+  full table, C x ``width``.
+  """
+  def round_fn(state, data):
+    results = base.train_protocol_groups(rt, proto, state, data)
+    table, _ = base.aggregate_groups(proto, state, results)
+    up = mean_entries_sent([r.outputs[0] for r in results], [r.weights for r in results],
+                           width)
+    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
+                                 downlink=rt.layout.num_classes * width)
+    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
+                         server=table), metrics
+  return round_fn

@@ -1,0 +1,168 @@
+"""The sweep's ETA and the progress lines that carry it.
+
+Seconds left come from the finished runs, the cells' costs and the current run's own
+pace, which the training loop reports through ``on_progress(rounds completed,
+num_rounds)`` after every dispatch (``loop.run``/``loop.run_seeds``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from fedjax_het.sweeps.plan import Run
+from fedjax_het.training.metrics import format_s
+
+
+def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | None],
+              elapsed: float | None = 0.0, projected: float | None = None,
+              current: float | None = None) -> float | None:
+  """Seconds left in a sweep, from the runs finished so far and the current one's pace.
+
+  Args:
+    durations: wall seconds of the runs this sweep computed so far.
+    runs_after: the runs still to compute after the current one: their number, or per
+      run its expected seconds (the mean of its cell's finished runs: ``cell_means``)
+      or None where its cell has none yet.
+    elapsed: seconds spent on the current run; None between runs (none in progress).
+    projected: the current run's total seconds projected from its own rounds
+      (``projected_duration``), or None before it has two evaluated rounds.
+    current: the current run's cell's mean so far, or None.
+
+  Returns:
+    The later runs' expected seconds (``per_run``, the mean of ``durations``, where a
+    run has no cell mean; before any run finished, the current run's projection) plus
+    ``left_now``: the current run's projection less ``elapsed`` (runs of one sweep can
+    differ 2x in cost), else its cell's mean or ``per_run`` less ``elapsed``; None when
+    neither is known.
+  """
+  per_run = float(np.mean(durations)) if durations else projected
+  if per_run is None:
+    return None
+  after = [None] * runs_after if isinstance(runs_after, int) else list(runs_after)
+  later = sum(per_run if v is None else v for v in after)
+  if elapsed is None:
+    return later
+  own = next(v for v in (projected, current, per_run) if v is not None)
+  return later + max(own - elapsed, 0.0)
+
+
+def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run],
+               flops: Mapping[tuple, float] | None = None) -> list[float | None]:
+  """Each later run's expected seconds: its cell's mean so far; else, where ``flops``
+  (``{(algorithm, setting): a run's FLOPs}``, ``costs.json``) knows its cell and some
+  finished cell, its FLOPs at the seconds per FLOP the finished runs took (a cell 5x
+  the FLOPs of those run so far counts 5x their time); else None."""
+  flops = flops or {}
+  done = [(d, flops[c]) for c, ds in durations.items() if c in flops for d in ds]
+  rate = sum(d for d, _ in done) / sum(f for _, f in done) if done else None
+  out = []
+  for r in later:
+    cell = (r.algorithm, r.setting)
+    if durations.get(cell):
+      out.append(float(np.mean(durations[cell])))
+    elif rate is not None and cell in flops:
+      out.append(rate * flops[cell])
+    else:
+      out.append(None)
+  return out
+
+
+def seconds_left(by_cell: Mapping[tuple, Sequence[float]], later: Sequence[Run],
+                 flops: Mapping[tuple, float] | None = None, elapsed: float | None = None,
+                 projected: float | None = None, current: Run | None = None
+                 ) -> float | None:
+  """``sweep_eta`` from the sweep's bookkeeping.
+
+  Args:
+    by_cell: ``{(algorithm, setting): seconds of its finished runs}``.
+    later: the runs after the current batch.
+    flops: ``{(algorithm, setting): a run's FLOPs}`` (``cell_means``).
+    elapsed, projected: as ``sweep_eta``; ``elapsed`` None between runs.
+    current: the run in progress (its cell's mean counts for it), or None.
+  """
+  durations = [d for ds in by_cell.values() for d in ds]
+  own = cell_means(by_cell, [current], flops)[0] if current is not None else None
+  return sweep_eta(durations, cell_means(by_cell, later, flops), elapsed, projected, own)
+
+
+def projected_duration(first: tuple[float, float], now: tuple[float, float]
+                       ) -> float | None:
+  """A run's total seconds, extrapolated from its pace after its first dispatch.
+
+  Args:
+    first: ``(elapsed seconds, fraction of rounds done)`` at the run's first progress
+      report (``on_progress``): compilation and the first dispatch are behind it.
+    now: the same at the latest report.
+
+  Returns:
+    ``first's seconds + (1 - first's fraction) * seconds per fraction since first``, so
+    the compile time is not spread over the rounds to come; None until a later report
+    than the first.
+  """
+  (t0, f0), (t1, f1) = first, now
+  if f1 <= f0:
+    return None
+  return t0 + (t1 - t0) / (f1 - f0) * (1.0 - f0)
+
+
+class Projection:
+  """A run's total seconds, projected from the rounds the training loop reports done.
+
+  Pass it as ``on_progress`` to ``loop.run``/``loop.run_seeds``: each call
+  ``(rounds completed, num_rounds)`` is a point ``(elapsed(), fraction done)``; the
+  first point of a run (after compilation and its first dispatch) anchors
+  ``projected_duration``. A point at or before the latest one starts a new run (a
+  batch's seeds run again one by one, each resuming from its checkpoint).
+
+  Attributes:
+    seconds: the projected total seconds, or None before a second point.
+  """
+
+  def __init__(self, elapsed: Callable[[], float]):
+    self.elapsed = elapsed
+    self.first: tuple[float, float] | None = None
+    self.last: tuple[float, float] | None = None
+    self.seconds: float | None = None
+
+  def __call__(self, rounds_completed: int, num_rounds: int) -> None:
+    point = (self.elapsed(), rounds_completed / num_rounds)
+    if self.first is None or point[1] <= self.last[1]:
+      self.first = point
+    self.last = point
+    self.seconds = projected_duration(self.first, point)
+
+
+def run_prefix(position: int, total: int, run: Run) -> str:
+  """``'[3/12] fedmrl | N=10,C=100% | seed 0'``."""
+  return f"[{position}/{total}] {run.algorithm} | {run.setting} | seed {run.seed}"
+
+
+def seconds_per_run(t0: float, runs: int) -> float:
+  """Seconds since ``t0`` (``time.perf_counter``) per run of a batch of ``runs``."""
+  return (time.perf_counter() - t0) / runs
+
+
+def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], float],
+                 eta: Callable[[float, float | None], float | None]
+                 ) -> tuple[Callable[[str], None], Projection]:
+  """A ``log`` and an ``on_progress`` for ``loop.run``: the log adds the run's position
+  and the sweep ETA to each line, the ETA projected from the progress reported so far.
+
+  Args:
+    log: where lines go.
+    prefix: ``run_prefix(...)``.
+    elapsed: seconds spent on the current run so far.
+    eta: ``(elapsed, projected run seconds or None) -> seconds left in the sweep``.
+
+  Returns:
+    ``(log, on_progress)``: pass both to ``loop.run`` (``on_progress`` is the run's
+    ``Projection``).
+  """
+  projection = Projection(elapsed)
+
+  def emit(line: str) -> None:
+    log(f"{prefix} | {line} | sweep ETA {format_s(eta(elapsed(), projection.seconds))}")
+
+  return emit, projection

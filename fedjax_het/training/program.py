@@ -1,0 +1,209 @@
+"""The compiled program of a run: init, the rounds of a dispatch, evaluation, accuracies.
+
+``compile_fns`` gives the jitted ``Program(init, run_rounds, evaluate, abstract)`` of an
+``Experiment``; ``compile_dispatch`` the program ``loop.run`` calls, several rounds and
+their evaluations per call in one ``lax.while_loop`` (no host round trip per round);
+``map_replicas`` maps either over the seeds of ``loop.run_seeds`` (a replica axis).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_het import clients as clients_lib
+from fedjax_het import data as data_lib
+from fedjax_het import distributed
+from fedjax_het import sharding
+from fedjax_het.algorithms import Algorithm
+from fedjax_het.algorithms import State
+from fedjax_het.training.experiment import Experiment
+
+MAX_DISPATCH = 1000  # most rounds in one dispatch (sizes the per-round metric buffers)
+
+
+class Program(NamedTuple):
+  """``compile_fns``' jitted functions of an experiment (fixed shardings).
+
+  Attributes:
+    init: ``(rng) -> State``, created already sharded.
+    run_rounds: ``(state, data, num_rounds) -> (state, metrics)``: a ``lax.scan`` of a
+      static number of rounds (one compile per ``num_rounds``); the state is donated.
+    evaluate: ``(state, data) -> ((correct, total) per group)``.
+    abstract: the state's ``jax.ShapeDtypeStruct`` tree with its shardings (restores).
+  """
+  init: Callable
+  run_rounds: Callable
+  evaluate: Callable
+  abstract: State
+
+
+def state_shardings(abstract: State, mesh, replicas: bool = False) -> State:
+  """Client state sharded on its client axis; round, rng and server replicated.
+
+  ``replicas``: every leaf has a leading replica axis (``loop.run_seeds``), kept whole.
+  """
+  rep, cli = sharding.replicated(mesh), sharding.client_sharding(mesh, replicas)
+  return State(round=rep, rng=rep, clients=jax.tree.map(lambda _: cli, abstract.clients),
+               server=jax.tree.map(lambda _: rep, abstract.server))
+
+
+def round_with_checks(alg: Algorithm) -> Callable:
+  """``alg.round`` whose metrics also say which groups' parameters are finite."""
+  def one_round(state, data):
+    state, metrics = alg.round(state, data)
+    return state, dict(metrics, group_finite=finite_groups(state))
+  return one_round
+
+
+def compile_fns(exp: Experiment) -> Program:
+  """Jitted ``Program(init, run_rounds, evaluate, abstract)``: fixed shardings, donated state.
+
+  ``run_rounds(state, data, num_rounds)`` scans a static number of rounds (one compile
+  per ``num_rounds``); ``loop.run`` uses ``compile_dispatch`` instead.
+  """
+  alg, mesh = exp.algorithm, exp.runtime.mesh
+  abstract = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
+  shards = state_shardings(abstract, mesh)
+  init = jax.jit(alg.init, out_shardings=shards)
+  one_round = round_with_checks(alg)
+
+  @functools.partial(jax.jit, static_argnums=2, donate_argnums=0,
+                     out_shardings=(shards, None))
+  def run_rounds(state, data, num_rounds):
+    return jax.lax.scan(lambda s, _: one_round(s, data), state, None, length=num_rounds)
+
+  evaluate = jax.jit(alg.evaluate)
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          abstract, shards)
+  return Program(init, run_rounds, evaluate, abstract)
+
+
+def client_accuracies(counts) -> tuple:
+  """``evaluate``'s ``(correct, total)`` per group -> accuracy per group ``[..., n_g]``."""
+  return tuple(c / jnp.maximum(t, 1.0) for c, t in counts)
+
+
+def mean_accuracy(accuracies: tuple, layout) -> jax.Array:
+  """Mean over the real clients (not the padding slots) of per-group accuracies."""
+  total = sum(jnp.sum(a[..., :n], axis=-1) for a, n in zip(accuracies, layout.group_sizes))
+  return total / layout.num_clients
+
+
+def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callable:
+  """Jitted ``(state, data, n) -> (state, rows, accuracies)`` running ``n <= max_rounds`` rounds.
+
+  ``n`` is a traced argument (a ``lax.while_loop``), so the run compiles once whatever
+  the number of rounds per dispatch; round ``i`` of the dispatch writes row ``i`` of
+  every metric ``[max_rounds, ...]`` (rows from ``n`` on are zeros). After each round
+  that ``config.eval_every`` asks for (and the last), every client is evaluated on its own
+  test split with the server's latest shared parameters inside the program (the papers'
+  protocol): rows ``evaluated`` (bool) and ``mean_test_acc`` (the mean over clients,
+  reduced on the device) and the latest evaluation's per-group accuracies come back with
+  the dispatch, so evaluating every round costs no host round trip. The state buffers
+  are donated.
+
+  Args:
+    exp: the experiment (``config.eval_every``, ``config.num_rounds`` are read).
+    max_rounds: most rounds of a dispatch (sizes the row buffers).
+    data_axes: None for one run. For runs stacked on a leading replica axis
+      (``loop.run_seeds``) the ``vmap`` axes of the data (``federated.stack_replicas``); every
+      row then has the replica axis second (``[max_rounds, S, ...]``) and every
+      accuracy first.
+  """
+  alg, layout, config = exp.algorithm, exp.runtime.layout, exp.config
+  replicas = data_axes is not None
+  shards = state_shardings(jax.eval_shape(alg.init, jax.random.PRNGKey(0)),
+                           exp.runtime.mesh, replicas)
+  one_round, evaluate = round_with_checks(alg), alg.evaluate
+  if replicas:
+    parallelism = exp.runtime.client_parallelism
+    one_round = map_replicas(one_round, data_axes, parallelism)
+    evaluate = map_replicas(evaluate, data_axes, parallelism)
+
+  def zeros(tree, lead=()):
+    return jax.tree.map(lambda a: jnp.zeros(lead + a.shape, a.dtype), tree)
+
+  @functools.partial(jax.jit, donate_argnums=0, out_shardings=(shards, None, None))
+  def dispatch(state, data, n):
+    accuracies = zeros(jax.eval_shape(lambda: client_accuracies(evaluate(state, data))))
+    metrics = jax.eval_shape(one_round, state, data)[1]
+    rows = zeros(dict(metrics, evaluated=jax.ShapeDtypeStruct(state.round.shape, jnp.bool_),
+                      mean_test_acc=jax.eval_shape(lambda: mean_accuracy(accuracies, layout))),
+                 (max_rounds,))
+
+    def body(carry):
+      i, state, rows, accuracies = carry
+      state, metrics = one_round(state, data)
+      r = state.round[0] if replicas else state.round
+      due = (r % config.eval_every == 0) | (r == config.num_rounds)
+      accuracies = jax.lax.cond(due, lambda: client_accuracies(evaluate(state, data)),
+                                lambda: accuracies)
+      metrics = dict(metrics, evaluated=jnp.broadcast_to(due, state.round.shape),
+                     mean_test_acc=mean_accuracy(accuracies, layout))
+      rows = jax.tree.map(lambda r, v: r.at[i].set(v), rows, metrics)
+      return i + 1, state, rows, accuracies
+
+    _, state, rows, accuracies = jax.lax.while_loop(
+        lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), state, rows, accuracies))
+    return state, rows, accuracies
+  return dispatch
+
+
+def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
+  """``fn(state, data)`` over a leading replica axis (``loop.run_seeds``), as clients are mapped.
+
+  ``parallelism`` as ``runtime.client_parallelism`` (``clients.resolve_parallelism``):
+  ``vmap`` batches the replicas into one computation (accelerators: small runs fill the
+  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran 2x slower than
+  a loop) runs them one after the other with ``lax.map`` inside the one program, so S
+  seeds still compile, load their data and dispatch once.
+
+  Args:
+    fn: ``(state, data) -> out`` of one run.
+    data_axes: the replica axis of each data leaf (0 or None: shared), a prefix tree of
+      the data (``federated.stack_replicas``).
+    parallelism: 'auto', 'vmap' or 'sequential'.
+
+  Returns:
+    ``(stacked state, stacked data) -> out`` with the replica axis leading every output.
+  """
+  if clients_lib.resolve_parallelism(parallelism) == "vmap":
+    return jax.vmap(fn, in_axes=(0, data_axes))
+  is_axis = lambda a: a is None or isinstance(a, int)  # noqa: E731
+
+  def mapped(state, data):
+    stacked = jax.tree.map(lambda ax, d: d if ax == 0 else None, data_axes, data,
+                           is_leaf=is_axis)
+
+    def one(args):
+      replica_state, replica_part = args
+      replica_data = jax.tree.map(lambda ax, part, d: part if ax == 0 else d,
+                                  data_axes, replica_part, data, is_leaf=is_axis)
+      return fn(replica_state, replica_data)
+    return jax.lax.map(one, (state, stacked))
+  return mapped
+
+
+def finite_groups(state: State) -> jax.Array:
+  """bool [num_groups + 1]: every float leaf of each client group, then of the server, finite."""
+  def finite(tree):
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+  return jnp.stack([finite(c) for c in state.clients] + [finite(state.server)])
+
+
+def per_client_accuracy(exp: Experiment, counts) -> np.ndarray:
+  """Test accuracy of every client (ordered by client id) from ``evaluate``'s counts.
+
+  The counts are gathered from every process first, so all processes of a multi-process
+  run get the same whole array.
+  """
+  counts = distributed.to_host(counts)
+  correct = data_lib.unpad_clients([np.asarray(c) for c, _ in counts], exp.runtime.layout)
+  total = data_lib.unpad_clients([np.asarray(t) for _, t in counts], exp.runtime.layout)
+  return correct / np.maximum(total, 1)
