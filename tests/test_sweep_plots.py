@@ -81,7 +81,7 @@ def test_algorithm_entries_and_overrides():
   assert plan_lib.named_overrides([("x", {"y": {"z": 1}})]) == [("x", {"y.z": 1})]
 
 
-def test_mean_std_and_durations():
+def test_mean_std_and_durations(monkeypatch):
   np.testing.assert_allclose(tables.mean_std([0.5, 0.7]), [0.6, np.sqrt(0.02)])
   assert tables.mean_std([0.4]) == (0.4, 0.0)
   assert [metrics_lib.format_s(s) for s in (None, 12.4, 250, 3720)] == [
@@ -103,6 +103,10 @@ def test_mean_std_and_durations():
   # the same from the sweep's bookkeeping: 110 per later run, the current one 110 - 5
   assert eta_lib.seconds_left({("a", "s"): [100.0, 120.0]}, runs, elapsed=5.0,
                               current=runs[0]) == 3 * 110 + 105
+  # a batch of 3 seeds that has run 12 s so far: 4 s per run
+  clock = iter([112.0])
+  monkeypatch.setattr(eta_lib.time, "perf_counter", lambda: next(clock))
+  assert eta_lib.seconds_per_run(100.0, 3) == 4.0
   # a cell that has not run counts at its FLOPs (costs.json) times the seconds per FLOP
   # the finished runs took: a later cell of 5x the FLOPs, 5x their time
   flops = {("a", "s"): 2.0, ("b", "s"): 10.0}

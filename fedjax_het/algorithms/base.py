@@ -133,7 +133,7 @@ class Spec(NamedTuple):
     choices: for string-valued ``hparams``, the valid values.
     homogeneous_only: True when all clients must share one architecture.
     check: optional ``(config) -> None`` raising ValueError for a config the algorithm
-      cannot run (``fedjax_het.config.validate`` calls it before any data is read).
+      cannot run (``fedjax_het.validation.validate`` calls it before any data is read).
   """
   build: Callable
   hparams: dict

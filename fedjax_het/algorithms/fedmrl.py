@@ -205,7 +205,7 @@ def last_client(uploads: list, weights: list, key: jax.Array):
 def check(config) -> None:
   """The values of ``config.algo`` FedMRL cannot run, raised before any compute.
 
-  ``fedjax_het.config.validate`` calls it (``Spec.check``) after the ``choices``.
+  ``fedjax_het.validation.validate`` calls it (``Spec.check``) after the ``choices``.
   """
   algo = lambda key: config.algo.get(key, SPEC.hparams[key])  # noqa: E731
   inference, aggregation, d1 = algo("inference"), algo("aggregation"), algo("d1")
