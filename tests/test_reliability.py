@@ -193,3 +193,20 @@ def test_a_key_newer_than_a_checkpoint_counts_at_its_default():
                                defaults) == ["drop_last"]
   assert ckpt.fingerprint_diff(saved, {"num_clients": 10, "drop_last": False}) == [
       "drop_last"]
+
+
+def test_a_relative_checkpoint_directory_restores(tmp_path, monkeypatch):
+  """orbax refuses relative paths on restore; a Checkpointer given one (as
+  ``claims_page.py --results=results`` gives the gates reader) must still read its steps,
+  not quarantine them as corrupted."""
+  from fedjax_het.training import checkpoint as ckpt_lib
+  monkeypatch.chdir(tmp_path)
+  state = {"w": jnp.arange(3.0)}
+  ckpt = ckpt_lib.Checkpointer("run/checkpoints", max_to_keep=2, fingerprint={"a": 1})
+  ckpt.save(1, state, {"round": 1})
+  ckpt.close()
+  ckpt = ckpt_lib.Checkpointer("run/checkpoints", max_to_keep=2, fingerprint={"a": 1})
+  restored, _ = ckpt.restore_latest(jax.eval_shape(lambda: state))
+  ckpt.close()
+  np.testing.assert_array_equal(restored["w"], [0.0, 1.0, 2.0])
+  assert not os.path.exists(tmp_path / "run" / "checkpoints.corrupted")

@@ -54,8 +54,10 @@ class Checkpointer:
   def __init__(self, directory: str, *, max_to_keep: int, fingerprint: dict,
                defaults: dict | None = None):
     self.fingerprint, self.defaults = fingerprint, defaults
+    # absolute: orbax refuses a relative path on restore, which would read as a
+    # corrupted step and quarantine every good checkpoint
     self.manager = ocp.CheckpointManager(
-        directory, item_names=("state", "meta"),
+        os.path.abspath(directory), item_names=("state", "meta"),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
                                              enable_async_checkpointing=False))
 
