@@ -301,7 +301,7 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
   """
   exp, batched = exps[0], data_axes is not None
   config = exp.config
-  workdirs = [os.path.abspath(w) for w in workdirs]  # orbax needs absolute paths
+  workdirs = [os.path.abspath(w) for w in workdirs]  # the paths its lines and files name
   primary = distributed.is_primary()
   log = log if primary else (lambda line: None)
   on_progress = on_progress if primary and on_progress else (lambda done, total: None)
