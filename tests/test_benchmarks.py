@@ -102,12 +102,12 @@ def test_torch_reference_matches_our_networks():
 def test_protocol_table_times_our_run_and_torch_on_the_same_clients(tiny_config, tmp_path):
   """--protocol: one row for ours and one per torch thread count, positive figures; the
   torch loop gets every client with its own architecture and examples."""
-  config = tiny_config("fedmrl", models="tiny,cnn5",
+  config = tiny_config("fedmrl", models="tiny,tiny2",
                        overrides={"num_clients": 4, "algo.small_arch": "tiny",
                                   "algo.d1": 16})
   exp = compare.experiment.prepare(compare.validation.with_algo_defaults(config))
   clients = compare.protocol_clients(exp)
-  assert [c[0] for c in clients] == ["tiny", "cnn5", "tiny", "cnn5"]
+  assert [c[0] for c in clients] == ["tiny", "tiny2", "tiny", "tiny2"]
   index = exp.data.groups[0]
   assert len(clients[0][1]) == int(index.num_train[0])
   assert len(clients[0][3]) == int(index.num_test[0])

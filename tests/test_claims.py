@@ -27,7 +27,7 @@ def _round_jaxpr(tiny_config, name, num_rounds):
   if name == "moss":
     overrides.update({"data.public": 16, "algo.public_size": 16, "algo.public_batch": 8,
                       "algo.wire_layers": "rep"})
-  archs = "tiny" if SPECS[name].homogeneous_only else "tiny,cnn5"
+  archs = "tiny" if SPECS[name].homogeneous_only else "tiny,tiny2"
   exp = experiment.prepare(tiny_config(name, archs, overrides))
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   return str(jax.make_jaxpr(exp.algorithm.round)(state, exp.data))
@@ -308,7 +308,7 @@ def test_spearman_with_ties_by_hand():
 
 
 def test_fidelity_claim_maps_types_to_clients(tmp_path):
-  """Clients of 'tiny,cnn5' alternate types: the fidelity of group g goes to its clients."""
+  """Clients of 'tiny,tiny2' alternate types: the fidelity of group g goes to its clients."""
   import json
 
   from fedjax_het.sweeps import claims
@@ -317,7 +317,7 @@ def test_fidelity_claim_maps_types_to_clients(tmp_path):
     workdir = tmp_path / "s" / "moss" / "cell" / f"seed{seed}"
     os.makedirs(workdir)
     (workdir / "config.json").write_text(json.dumps(
-        {"algorithm": "moss", "seed": seed, "models": "tiny,cnn5", "num_clients": 4}))
+        {"algorithm": "moss", "seed": seed, "models": "tiny,tiny2", "num_clients": 4}))
     rows = [{"round": 1, "mean_test_acc": 0.5, "fidelity": [0.1, 0.2]},
             {"round": 2, "mean_test_acc": 0.6, "fidelity": [0.9, 0.3]}]
     (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -64,9 +64,9 @@ def test_client_data_holds_only_the_clients_examples(small_fed):
 
 
 @pytest.mark.parametrize("algorithm,models,sent", [
-    ("fedmrl", "tiny,cnn5", lambda c: c.params["global"]),  # the small model theta
-    ("fedmoe", "tiny,cnn5", lambda c: c.params["global_ex"]),  # the global expert
-    ("lg_fedavg", "tiny,cnn5", lambda c: c.params["header"]),
+    ("fedmrl", "tiny,tiny2", lambda c: c.params["global"]),  # the small model theta
+    ("fedmoe", "tiny,tiny2", lambda c: c.params["global_ex"]),  # the global expert
+    ("lg_fedavg", "tiny,tiny2", lambda c: c.params["header"]),
 ])
 def test_only_the_shared_part_crosses_the_wire(small_fed, algorithm, models, sent):
   fed = small_fed(algorithm, models)
@@ -80,23 +80,23 @@ def test_only_the_shared_part_crosses_the_wire(small_fed, algorithm, models, sen
 
 @pytest.mark.parametrize("algorithm,width", [("fd", 10), ("fedproto", 500)])
 def test_class_statistics_cross_the_wire(small_fed, algorithm, width):
-  fed = small_fed(algorithm, "tiny,cnn5")
+  fed = small_fed(algorithm, "tiny,tiny2")
   for g in range(fed.runtime.layout.num_groups):
     upload = fed_lib.abstract_upload(fed, g)
     assert {k: v.shape for k, v in upload.items()} == {"means": (10, width), "counts": (10,)}
 
 
 def test_standalone_sends_nothing(small_fed):
-  fed = small_fed("standalone", "tiny,cnn5")
+  fed = small_fed("standalone", "tiny,tiny2")
   for g in range(2):
     assert not jax.tree.leaves(fed_lib.abstract_upload(fed, g))
     assert not jax.tree.leaves(fed_lib.abstract_payload(fed, g))
 
 
 def test_silo_with_its_own_arrays_needs_no_shared_data(small_fed, tiny_config):
-  with_data = small_fed(models="tiny,cnn5")
+  with_data = small_fed(models="tiny,tiny2")
   fed = fed_lib.prepare_federation(
-      tiny_config("fedmrl", "tiny,cnn5", {"num_clients": 4, "data.path": "/nonexistent.npz"}),
+      tiny_config("fedmrl", "tiny,tiny2", {"num_clients": 4, "data.path": "/nonexistent.npz"}),
       with_data=False)
   assert fed.data is None and fed.runtime.layout == with_data.runtime.layout
   rng = np.random.default_rng(0)
@@ -141,7 +141,7 @@ def test_a_client_state_of_one_array_checkpoints(small_fed, tmp_path):
 
 
 def test_prepare_client_reads_the_pool_once(tiny_config, tmp_path, monkeypatch):
-  c = tiny_config("fedmrl", "tiny,cnn5", {"num_clients": 4, "num_rounds": 2})
+  c = tiny_config("fedmrl", "tiny,tiny2", {"num_clients": 4, "num_rounds": 2})
   fed, data = fed_lib.prepare_client(c, 1, str(tmp_path))
   assert fed.data is not None
   calls = []

@@ -180,9 +180,14 @@ def _tail(workdir):
   return open(path).read()[-3000:] if os.path.exists(path) else "(no server.log)"
 
 
-SPECS = {"fedmrl": ("experiments/fedmrl.py:smoke", "num_clients=2 num_rounds=2 eval_every=2"),
-         "fedmoe": ("experiments/fedmoe.py:smoke", "num_clients=2 num_rounds=1"),
-         "fedavg": ("experiments/fedavg.py:smoke", "num_clients=3 num_rounds=1")}
+# two test-only tiny CNNs for the clients and the shared models (the smoke's CNN-1..5
+# took most of every process's time in XLA compiles)
+TINY = "models=tiny,tiny2"
+SPECS = {"fedmrl": ("experiments/fedmrl.py:smoke", f"num_clients=2 num_rounds=2 eval_every=2 "
+                    f"{TINY} algo.small_arch=tiny"),
+         "fedmoe": ("experiments/fedmoe.py:smoke", f"num_clients=2 num_rounds=1 {TINY} "
+                    "algo.global_arch=tiny"),
+         "fedavg": ("experiments/fedavg.py:smoke", "num_clients=3 num_rounds=1 models=tiny")}
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +215,7 @@ def runs(link):
   resubmitted = {name: link.submit(config) for name, config in configs.items()}
   for name, run_id in resubmitted.items():
     finish(link, run_id, configs[name])
-  faults = dict(configs["fedavg"], overrides="num_clients=3 num_rounds=3",
+  faults = dict(configs["fedavg"], overrides="num_clients=3 num_rounds=3 models=tiny",
                 workdir=link.path("faults"),
                 **{"min-fit-clients": 2, "straggler-timeout": 5.0})
   shutil.copytree(configs["fedavg"]["workdir"], faults["workdir"])  # FedAvg, continued

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import SHARDED
 
 from fedjax_het import distributed
 from fedjax_het.training import loop
@@ -91,7 +92,7 @@ def _summary(workdir):
 
 
 def test_two_processes_match_one_process_and_resume(tiny_config, tmp_path):
-  config = lambda rounds: tiny_config("fedavg", "tiny", {"num_rounds": rounds})
+  config = lambda rounds: tiny_config("fedavg", "tiny", {"num_rounds": rounds, **SHARDED})
   one = loop.run(config(3), str(tmp_path / "one"), log=lambda s: None)
   two_dir = tmp_path / "two"
   out0, out1 = run_two_processes(config(3), two_dir)

@@ -10,7 +10,6 @@ from conftest import assert_server_holds_no_client_leaf
 from fedjax_het import models
 from fedjax_het.algorithms import moss as moss_lib
 from fedjax_het.algorithms import moss_wire as wire
-from fedjax_het.models.registry import ArchSpec
 from fedjax_het.training import experiment
 from fedjax_het.training import program
 
@@ -96,13 +95,7 @@ def test_naive_copy_overlapping_slices():
   np.testing.assert_array_equal(out["c"], [0, 0])
 
 
-@pytest.fixture
-def two_tiny_archs(monkeypatch):
-  """A second tiny architecture so the federation is heterogeneous and cheap."""
-  monkeypatch.setitem(models.ARCHITECTURES, "tiny2", ArchSpec((4, 6), (24,)))
-
-
-def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_archs):
+def test_round_compiles_once_and_uplink_is_device_model(tiny_config):
   c = tiny_config("moss", models="tiny,tiny2", overrides={
       "data.public": 32, "algo.public_size": 32, "algo.public_batch": 16, "algo.wire_steps": 1,
       "algo.wire_layers": "conv2,rep"})
@@ -134,7 +127,7 @@ def test_round_compiles_once_and_uplink_is_device_model(tiny_config, two_tiny_ar
   assert len(counts) == 2
 
 
-def test_naive_mapping_uniform_aggregation(tiny_config, two_tiny_archs):
+def test_naive_mapping_uniform_aggregation(tiny_config):
   c = tiny_config("moss", models="tiny,tiny2", overrides={
       "data.public": 16, "algo.public_size": 16, "algo.mapping": "naive",
       "algo.aggregation": "uniform"})
@@ -172,7 +165,7 @@ def test_synthetic_images_are_fixed_smooth_colour_fields():
   assert neighbour < 15 and spread > 30, (neighbour, spread)
 
 
-def test_synthetic_public_domain_needs_no_held_out_images(tiny_config, two_tiny_archs):
+def test_synthetic_public_domain_needs_no_held_out_images(tiny_config):
   from fedjax_het import validation
   from fedjax_het.models.preprocess import normalize
   c = tiny_config("moss", models="tiny,tiny2", overrides={

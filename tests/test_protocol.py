@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import SHARDED
 
 from fedjax_het import clients as cl
-from fedjax_het import models
 from fedjax_het.algorithms import SPECS
 from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
@@ -21,7 +21,6 @@ from fedjax_het.algorithms import fedkd
 from fedjax_het.algorithms import moss
 from fedjax_het.algorithms import standalone
 from fedjax_het.data.federated import Layout
-from fedjax_het.models.registry import ArchSpec
 from fedjax_het.training import experiment as experiment_lib
 from fedjax_het.training import program
 
@@ -118,17 +117,16 @@ def test_threefry_draws_the_same_batched_or_not(partitionable):
 
 
 @pytest.fixture
-def experiment(tiny_config, monkeypatch):
+def experiment(tiny_config):
   """``make(name) -> experiment_lib.Experiment`` of 8 clients with tiny models.
 
   Two architecture groups (one for FedAvg); half of each group is sampled per round, so
   sampling and the simulator's padding slots matter.
   """
-  monkeypatch.setitem(models.ARCHITECTURES, "tiny2", ArchSpec((4, 6), (24,)))
 
   def make(name):
     archs = "tiny" if SPECS[name].homogeneous_only else "tiny,tiny2"
-    overrides = {**OVERRIDES.get(name, {}), "participation": 0.5}
+    overrides = {**OVERRIDES.get(name, {}), "participation": 0.5, **SHARDED}
     return experiment_lib.prepare(tiny_config(name, archs, overrides))
   return make
 

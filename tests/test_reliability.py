@@ -175,7 +175,7 @@ def test_non_finite_stops_with_round_and_group_keeping_good_checkpoints(
     where, what, tiny_config, tmp_path):
   config = tiny_config(overrides={"num_rounds": 4})
   with pytest.raises(FloatingPointError,
-                     match=f"non-finite {what} at round 3 in client group 1 \\(cnn5\\)"):
+                     match=f"non-finite {what} at round 3 in client group 1 \\(tiny2\\)"):
     loop.run(config, str(tmp_path), log=lambda s: None, build=_poisoned(3, 1, where))
   assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) == [1, 2]
   assert [r["round"] for r in _rows(tmp_path)] == [1, 2]

@@ -7,6 +7,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from conftest import SHARDED
 
 from fedjax_het.data import federated
 from fedjax_het.sweeps import runner
@@ -76,11 +77,6 @@ def test_stack_replicas_shares_an_identical_pool():
   assert axes.x == 0 and data.x.shape == (2,) + x.shape
 
 
-@pytest.fixture(autouse=True)
-def _cheap_groups(two_tiny_groups):
-  """Every run here has two groups of tiny models ('tiny,tiny2')."""
-
-
 def _config(tiny_config, seed, **overrides):
   return tiny_config("fedmrl", "tiny,tiny2", overrides={
       "seed": seed, "num_rounds": 3, "participation": 0.5, "momentum": 0.9,
@@ -102,11 +98,14 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
   chex.assert_shape(outs[0][1], (2, 2))
 
 
-@pytest.mark.parametrize("parallelism", ["auto", "vmap"])  # CPU's auto: a lax.map
+# CPU's auto: a lax.map, on one device; vmap (an accelerator's auto) on the client axis
+# sharded over the 4 forced devices
+@pytest.mark.parametrize("parallelism,devices", [("auto", {}), ("vmap", SHARDED)],
+                         ids=["auto", "vmap"])
 def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry,
-                                                     parallelism):
+                                                     parallelism, devices):
   seeds = (0, 1)
-  configs = [_config(tiny_config, s) for s in seeds]
+  configs = [_config(tiny_config, s, **devices) for s in seeds]
   for c in configs:
     c.runtime.client_parallelism = parallelism
   widths = {tuple(g.train_idx.shape[1] for g in experiment.prepare(c, place=False).data.groups)

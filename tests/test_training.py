@@ -9,6 +9,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from conftest import SHARDED
 from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import config as config_lib
@@ -46,7 +47,7 @@ def test_standalone_run_writes_outputs(tiny_config, tmp_path, monkeypatch):
   np.testing.assert_allclose(summary["final_mean_test_acc"],
                              np.mean(summary["per_client_test_acc"]))
   part = json.load(open(tmp_path / "partition.json"))
-  assert [c["arch"] for c in part["clients"]][:3] == ["tiny", "cnn5", "tiny"]
+  assert [c["arch"] for c in part["clients"]][:3] == ["tiny", "tiny2", "tiny"]
   assert all(sum(c["test_class_counts"]) >= 1 for c in part["clients"])
   assert os.path.exists(tmp_path / "summary.json")
 
@@ -106,7 +107,8 @@ def test_missing_data_is_a_clear_error_before_writing(tiny_config, tmp_path):
 
 
 def test_uneven_clients_are_padded_to_the_device_count(tiny_config):
-  exp = experiment.prepare(tiny_config())
+  exp = experiment.prepare(tiny_config(overrides=SHARDED))
+  assert exp.runtime.num_shards == jax.device_count() == 4
   for size, index in zip(exp.runtime.layout.padded_sizes, exp.data.groups):
     assert size % jax.device_count() == 0
     assert index.train_idx.shape[0] == size

@@ -1,9 +1,10 @@
 r"""The papers' protocol at a size CI runs in a minute (``benchmarks/campaign.py --size=tiny``).
 
 Cut: every piece of ``paper_table.py``'s protocol on the first 400 examples of
-CIFAR-10's splits, 4 clients of the test-only ``tiny`` CNN and CNN-5, 2 rounds of one
-epoch, two seeds: it checks the campaign's path (estimate, budget, seeds on a replica
-axis, results files), not accuracy.
+CIFAR-10's splits, 4 clients of the two test-only CNNs ``tiny`` and ``tiny2`` (FedMRL's
+and FedMoE's shared models ``tiny`` too), 2 rounds of one epoch, two seeds: it checks
+the campaign's path (estimate, budget, seeds on a replica axis, results files), not
+accuracy.
 
   python experiments/sweep.py --sweep=experiments/sweeps/tiny.py --sweep_dir=/tmp/tiny \
       --seed_batch=2
@@ -26,7 +27,7 @@ def get_config():
       "CIFAR-10 N=4,C=50% (400 examples)": {
           "data.name": "cifar10", "data.subsample": 400, "data.validation": 0,
           "partition.classes_per_client": 2, "num_clients": 4, "participation": 0.5,
-          "models": "tiny,cnn5"},
+          "models": "tiny,tiny2"},
   }, allow_dotted_keys=True, sort_keys=False)
   c.seeds = (0, 1)
   c.base_overrides = ml_collections.ConfigDict(
@@ -34,5 +35,6 @@ def get_config():
        "checkpoint_every": 1},
       allow_dotted_keys=True, sort_keys=False)
   c.algorithm_overrides = ml_collections.ConfigDict(
-      {"fedmrl": {"algo.d1": 50}}, allow_dotted_keys=True)
+      {"fedmrl": {"algo.d1": 50, "algo.small_arch": "tiny"},
+       "fedmoe": {"algo.global_arch": "tiny"}}, allow_dotted_keys=True)
   return c

@@ -43,6 +43,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "cnn4": ArchSpec((16, 32), (800,)),
     "cnn5": ArchSpec((16, 32), (500,)),
     "tiny": ArchSpec((4, 8), (32,)),  # test-only: conv4-conv8-FC32-FC(rep_dim)
+    # test-only: a second cheap architecture, so tests and CI-sized runs have two groups
+    # of clients without compiling a CNN-1..5 (conv4-conv6-FC24-FC(rep_dim))
+    "tiny2": ArchSpec((4, 6), (24,)),
 }
 HETEROGENEOUS = ("cnn1", "cnn2", "cnn3", "cnn4", "cnn5")
 # Valid values of the config key `models`.
