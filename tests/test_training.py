@@ -259,7 +259,8 @@ def test_smoke_variant_learns_cifar100(tmp_path):
   c = config_lib.apply_variant(config_lib.base_config(), "smoke")
   # tiny models (cheap to compile) need a few more rounds than the smoke's CNN-1..5
   c = config_lib.override(c, {"data.name": "cifar100", "data.path": str(path),
-                              "models": "tiny", "checkpoint_every": 0, "num_rounds": 8})
+                              "models": "tiny", "checkpoint_every": 0, "num_rounds": 8,
+                              "runtime.num_devices": 1})
   exp = experiment.prepare(c)
   held = (exp.class_counts[:, 0] > 0).sum(axis=1)
   np.testing.assert_array_equal(held, [10] * 5)  # the papers' 10 of 100 classes each
