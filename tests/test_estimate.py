@@ -4,6 +4,7 @@ import math
 import os
 import sys
 
+import jax
 import pytest
 from conftest import TINY_SHARED
 
@@ -28,6 +29,29 @@ def test_step_flops_agree_with_the_analytic_count(tiny_config, algorithm):
   analytic = compare.train_flops_per_example(algorithm, arch="cnn1")
   assert train[0] == pytest.approx(analytic, rel=0.03)
   assert 0 < predict[0] < train[0] / 2  # a prediction is a forward pass
+
+
+def test_step_flops_are_counted_by_the_cpu_client(tiny_config, monkeypatch):
+  """On a GPU ``Lowered.cost_analysis()`` is None (its client, behind PJRT's C API, has
+  no pre-compilation analysis; seen on an H200): simulated here by a cost analysis that
+  answers only for a program lowered with the CPU as the default device. The count is
+  the same as the plain CPU count, and with no analysis at all the error says why."""
+  exp = experiment.prepare(tiny_config("fedavg", models="cnn1"), place=False)
+  expected = estimate.step_flops(exp)
+  real = jax.stages.Lowered.cost_analysis
+  lowered_on = []
+
+  def gpu_like(self):
+    device = jax.config.jax_default_device
+    lowered_on.append(device)
+    return real(self) if getattr(device, "platform", None) == "cpu" else None
+
+  monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", gpu_like)
+  assert estimate.step_flops(exp) == expected and expected[0][0] > 0
+  assert lowered_on and all(d.platform == "cpu" for d in lowered_on)
+  monkeypatch.setattr(estimate, "_cost_device", lambda: None)  # JAX_PLATFORMS without cpu
+  with pytest.raises(RuntimeError, match="cost analysis is unavailable.*--noestimate"):
+    estimate.step_flops(exp)
 
 
 def test_run_cost_is_rounds_times_round_plus_evaluations(tiny_config):

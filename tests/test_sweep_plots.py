@@ -1,6 +1,7 @@
 """The sweep runner, its tables, the figures and the results page, from tiny real runs."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -113,6 +114,12 @@ def test_mean_std_and_durations(monkeypatch):
   assert eta_lib.cell_means({("a", "s"): [100.0, 120.0]}, runs, flops) == [110.0, 110.0,
                                                                           550.0]
   assert eta_lib.cell_means({}, runs, flops) == [None, None, None]  # no rate measured yet
+  # cells of unknown (0) FLOPs (a GPU's costs.json before the estimate lowered for the
+  # CPU) give no rate: the finished cell's mean, None elsewhere, and no ZeroDivisionError
+  zero = {("a", "s"): 0.0, ("b", "s"): 0.0}
+  assert eta_lib.cell_means({("a", "s"): [100.0, 120.0]}, runs, zero) == [110.0, 110.0,
+                                                                         None]
+  assert eta_lib.seconds_left({("a", "s"): [100.0, 120.0]}, runs[2:], zero) == 110.0
   # between runs (a run just finished): only the later runs are left
   assert eta_lib.sweep_eta([10.0, 20.0], [], elapsed=None) == 0
   assert eta_lib.sweep_eta([10.0, 20.0], means, elapsed=None) == 110 + 110 + 15
@@ -348,8 +355,31 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   # An earlier sweep's tables follow, with its command and a link to its numbers.
   both = results_page.write_page(sweep_dir, out, page_path, command="python page",
                                  earlier=(sweep_dir,))
-  assert both.startswith(page) and f"## Earlier sweep: {sweep_dir}" in both
+  assert both.startswith(page) and f"## Another sweep: {sweep_dir}" in both
   assert both.count("| Method | N=4,C=100% |") == 2 * page.count("| Method | N=4,C=100% |")
+  # ... with its environment, how far it is from the paper (its sweep file's
+  # PAPER_CELLS) and its figures, where <sweep_dir>/plots has them
+  other = str(tmp_path / "other")
+  shutil.copytree(sweep_dir, other)
+  shutil.copytree(out, os.path.join(other, "plots"))
+  other_sweep = tmp_path / "other_sweep.py"
+  other_sweep.write_text('"""A sweep on another machine."""\nPAPER_CELLS = {"cell": "Table X", '
+                         '"values": {"fedavg": 50.0}}\n')
+  info = plots.read_json(os.path.join(other, "sweep.json"))
+  info["command"] = f"python experiments/sweep.py --sweep={other_sweep}"
+  info["environment"] = {"backend": "gpu", "devices": "1 x NVIDIA H200"}
+  metrics_lib.write_json(os.path.join(other, "sweep.json"), info)
+  section = results_page.write_page(sweep_dir, out, page_path, earlier=(other,)).split(
+      f"## Another sweep: {other}")[1]
+  assert "A sweep on another machine." in section and "Environment: backend gpu, devices 1 x NVIDIA H200." in section
+  with open(os.path.join(other, "results.csv")) as f:
+    (best, _, _), = [v for (a, _), v in tables.cell_stats(
+        tables.parse_csv(f.read()), "best_mean_test_acc").items() if a == "fedavg"]
+  assert f"Against Table X (best round): ours minus the paper's, fedavg {100 * best - 50:+.2f}" in section
+  links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", section)
+  assert len(links) == 3 and all(
+      os.path.exists(os.path.join(tmp_path / "docs", link)) and "other/plots" in link
+      for link in links)
   # A section of seed-matched differences against a method, before the figures.
   with_paired = results_page.write_page(sweep_dir, out, page_path, command="python page",
                                         paired="standalone")

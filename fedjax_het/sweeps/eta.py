@@ -56,13 +56,16 @@ def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run],
   the FLOPs of those run so far counts 5x their time); else None."""
   flops = flops or {}
   done = [(d, flops[c]) for c, ds in durations.items() if c in flops for d in ds]
-  rate = sum(d for d, _ in done) / sum(f for _, f in done) if done else None
+  # no rate from cells of unknown (0) FLOPs: a costs.json written where XLA's cost
+  # analysis gave 0 (a GPU before estimate lowered for the CPU) stopped a sweep here
+  done_flops = sum(f for _, f in done)
+  rate = sum(d for d, _ in done) / done_flops if done_flops > 0 else None
   out = []
   for r in later:
     cell = (r.algorithm, r.setting)
     if durations.get(cell):
       out.append(float(np.mean(durations[cell])))
-    elif rate is not None and cell in flops:
+    elif rate is not None and flops.get(cell, 0) > 0:
       out.append(rate * flops[cell])
     else:
       out.append(None)

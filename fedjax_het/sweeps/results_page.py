@@ -161,21 +161,31 @@ def paper_cells(command: str) -> dict | None:
 
 
 def earlier_section(sweep_dir: str, page_path: str) -> str:
-  """An earlier sweep's tables, its command and what it is, for comparison."""
+  """Another sweep's tables for comparison (an earlier protocol, another machine): what
+  it is, its command and environment, how far its cells are from the paper's (its sweep
+  file's ``PAPER_CELLS``), and its figures where ``<sweep_dir>/plots`` has them."""
   info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
     rows = tables.parse_csv(f.read())
   methods = list(dict.fromkeys(r["algorithm"] for r in info["runs"]))
   settings = list(dict.fromkeys(r["setting"] for r in info["runs"]))
-  about = sweep_docstring(info.get("command", "")).strip().split("\n\n")[0]
-  csv_link = os.path.relpath(os.path.join(sweep_dir, "results.csv"),
-                             os.path.dirname(os.path.abspath(page_path)))
+  command = info.get("command", "")
+  about = sweep_docstring(command).strip().split("\n\n")[0]
+  page_dir = os.path.dirname(os.path.abspath(page_path))
+  csv_link = os.path.relpath(os.path.join(sweep_dir, "results.csv"), page_dir)
+  env = info.get("environment", {})
+  plots_dir = os.path.join(sweep_dir, "plots")
+  plots_json = os.path.join(plots_dir, "plots.json")
+  figures = (figure_section(plots_lib.read_json(plots_json)["figures"], plots_dir,
+                            page_dir, settings, heading="###")
+             if os.path.exists(plots_json) else [])
   return "\n".join([
-      f"## Earlier sweep: {sweep_dir}", "", about, "", "```sh", info.get("command", ""),
-      "```", "",
+      f"## Another sweep: {sweep_dir}", "", about, "", "```sh", command, "```", "",
+      "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", "",
+      *[f"{a}\n" for a in answer_lines([], rows, paper_cells(command))],
       tables.results_markdown(rows, methods=methods, settings=settings,
                                  seeds=list(info["sweep"]["seeds"]), heading="###"),
-      f"Per-run numbers: [results.csv]({csv_link}).", ""])
+      f"Per-run numbers: [results.csv]({csv_link}).", "", *figures])
 
 
 def paired_section(sweep_dir: str, baseline: str, last_k: int = 5) -> str:
@@ -232,7 +242,7 @@ def cli() -> None:
   plots_flag = flags.DEFINE_string("plots_dir", None,
                                    "experiments/plots.py --out directory (optional).")
   out_flag = flags.DEFINE_string("out", None, "The Markdown file to write.")
-  earlier_flag = flags.DEFINE_list("earlier", [], "Earlier sweep directories whose tables "
+  earlier_flag = flags.DEFINE_list("earlier", [], "Other sweep directories whose tables "
                                    "follow the main one's, for comparison.")
   paired_flag = flags.DEFINE_string("paired", None, "A method (or setting) every other "
                                     "is compared with seed by seed (experiments/paired.py).")

@@ -68,18 +68,41 @@ class _Data(NamedTuple):
   y: jax.ShapeDtypeStruct
 
 
-def _flops(lowered) -> float:
-  analysis = lowered.cost_analysis()
+def _cost_device():
+  """The device whose client lowers a program for its cost analysis: the CPU.
+
+  XLA's cost analysis of an uncompiled program is offered by the CPU client: on a GPU
+  (seen on an H200, jax 0.11.2), whose client sits behind PJRT's C API,
+  ``Lowered.cost_analysis()`` returns None, and every run's FLOPs came out as 0. The
+  unoptimised HLO and its count do not depend on the backend that would run it.
+  None (the default device) where no CPU backend is loaded (``JAX_PLATFORMS``).
+  """
+  try:
+    return jax.devices("cpu")[0]
+  except RuntimeError:
+    return None
+
+
+def _flops(jitted, *args) -> float:
+  """FLOPs of ``jitted(*args)`` (abstract args) from XLA's cost analysis, uncompiled."""
+  with jax.default_device(_cost_device()):
+    analysis = jitted.lower(*args).cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
     analysis = analysis[0]
-  return float((analysis or {}).get("flops", 0.0))
+  if not analysis or "flops" not in analysis:
+    raise RuntimeError(
+        f"XLA's cost analysis is unavailable on backend {jax.default_backend()!r} and "
+        "no CPU backend is loaded: add 'cpu' to JAX_PLATFORMS, or run the sweep with "
+        "--noestimate")
+  return float(analysis["flops"])
 
 
 def step_flops(exp) -> tuple[tuple, tuple]:
   """(train, predict) FLOPs per example of each group, from XLA's cost analysis.
 
   Lowers (does not compile) ``Protocol.client_update`` on one full minibatch and the
-  client's ``predict`` on one batch of images.
+  client's ``predict`` on one batch of images, for the CPU whatever the backend
+  (``_cost_device``).
   """
   proto, rt = exp.algorithm.protocol, exp.runtime
   if proto is None:
@@ -98,12 +121,12 @@ def step_flops(exp) -> tuple[tuple, tuple]:
     client = jax.eval_shape(functools.partial(proto.init_client, g), key)
     payload = jax.eval_shape(lambda s, g=g: proto.downlink(s, g), server)
     update = jax.jit(functools.partial(proto.client_update, g))
-    train.append(_flops(update.lower(client, payload, data, idx, mask, key)) / b)
+    train.append(_flops(update, client, payload, data, idx, mask, key) / b)
 
     def apply(client, payload, x, g=g):
       x = normalize(x, rt.normalization).astype(rt.compute_dtype)
       return proto.predict(g, client, payload)(x)
-    predict.append(_flops(jax.jit(apply).lower(client, payload, data.x)) / b)
+    predict.append(_flops(jax.jit(apply), client, payload, data.x) / b)
   return tuple(train), tuple(predict)
 
 
