@@ -624,6 +624,9 @@ def parse_args(argv=None):
   p.add_argument("--size", default="small", choices=sorted(SIZES),
                  help="settings: paper = N=100/1000 clients of 500 examples (a GPU), small "
                       "= N=10/20 of 100 (a 2-core CPU), tiny = tests")
+  p.add_argument("--settings", default="",
+                 help="comma-separated positions (from 1) of the size's settings to time, "
+                      "e.g. 2,3 (default: all)")
   p.add_argument("--algorithms", default="fedavg,fedmrl,fedmoe",
                  help="comma-separated algorithms to time")
   p.add_argument("--impls", default=",".join(IMPLS),
@@ -655,6 +658,16 @@ def parse_args(argv=None):
   args = p.parse_args(argv)
   args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
   args.algorithms = args.algorithms.split(",")
+  count = len(SIZES[args.size].settings)
+  try:
+    args.settings = ([int(k) for k in args.settings.split(",")] if args.settings
+                     else list(range(1, count + 1)))
+  except ValueError:
+    p.error(f"--settings={args.settings!r}: comma-separated integers")
+  for k in args.settings:
+    if not 1 <= k <= count:
+      p.error(f"--settings: {k} is not between 1 and {count} (--size={args.size} has "
+              f"{count}: {'; '.join(x.label() for x in SIZES[args.size].settings)})")
   args.impls = [i for i in args.impls.split(",") if not (args.skip_torch and i == "torch")]
   for a in args.algorithms:
     if a not in ALGORITHMS:
@@ -705,7 +718,8 @@ def main(argv=None):
             f"dtype={args.dtype}: {sec:.2f} s after compilation "
             f"(compilation + warm-up {comp:.1f} s; final mean test acc {acc:.3f})")
     return
-  rows = compare(size.settings, args.algorithms, args.impls, dtype=args.dtype,
+  rows = compare([size.settings[k - 1] for k in args.settings], args.algorithms,
+                 args.impls, dtype=args.dtype,
                  repeats=args.repeats, rounds_per_dispatch=args.rounds_per_dispatch,
                  num_devices=args.num_devices, torch_device=args.torch_device,
                  torch_threads=args.torch_threads, log=log)

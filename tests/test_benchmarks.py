@@ -144,3 +144,16 @@ def test_torch_protocol_federation_standalone_and_fedmrl():
   for name, v in fed.global_state.items():
     mean = sum(n * m.small.state_dict()[name] for n, m in zip((12, 20), fed.models)) / 32
     torch.testing.assert_close(v, mean)
+
+
+def test_compare_times_the_settings_asked_for(capsys):
+  """``--settings`` picks the size's settings by position (a GPU lease that timed the
+  first can time the others alone); a position out of range is refused with the list."""
+  assert compare.parse_args(["--size=paper"]).settings == [1, 2, 3]
+  assert compare.parse_args(["--size=paper", "--settings=2,3"]).settings == [2, 3]
+  for bad in ("4", "0", "two"):
+    with pytest.raises(SystemExit):
+      compare.parse_args(["--size=paper", f"--settings={bad}"])
+  err = capsys.readouterr().err
+  assert "4 is not between 1 and 3" in err and "N=1000 C=10% n=500 B=50" in err
+  assert "comma-separated integers" in err
