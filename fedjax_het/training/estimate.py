@@ -91,9 +91,9 @@ def _flops(jitted, *args) -> float:
     analysis = analysis[0]
   if not analysis or "flops" not in analysis:
     raise RuntimeError(
-        f"XLA's cost analysis is unavailable on backend {jax.default_backend()!r} and "
-        "no CPU backend is loaded: add 'cpu' to JAX_PLATFORMS, or run the sweep with "
-        "--noestimate")
+        f"XLA's cost analysis is unavailable: no FLOP count for a program lowered for "
+        f"{_cost_device() or jax.default_backend() + ' (no CPU backend loaded)'}; "
+        "add 'cpu' to JAX_PLATFORMS, or run the sweep with --noestimate")
   return float(analysis["flops"])
 
 
