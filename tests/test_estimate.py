@@ -107,3 +107,17 @@ def test_cell_costs_are_kept_for_the_next_call(tiny_config, tmp_path, monkeypatc
   assert budget.cell_costs(runs, [1], str(tmp_path), log=lambda _: None) == first
   with open(tmp_path / budget.COSTS_FILE) as f:
     assert json.load(f) == first
+
+
+
+def test_cell_costs_of_zero_flops_are_computed_again(tiny_config, tmp_path):
+  """A costs.json cell saved with 0 FLOPs (a GPU's, before the estimate lowered for the
+  CPU) is neither planned with nor reused: it is computed again and rewritten."""
+  runs = [Run("standalone", "s", 0, tiny_config(), str(tmp_path / "0"))]
+  first = budget.cell_costs(runs, [0], str(tmp_path), log=lambda _: None)
+  with open(tmp_path / budget.COSTS_FILE, "w") as f:
+    json.dump({"standalone|s": {**first["standalone|s"], "total_flops": 0.0}}, f)
+  assert budget.saved_costs(runs, str(tmp_path)) == {}
+  assert budget.cell_costs(runs, [0], str(tmp_path), log=lambda _: None) == first
+  with open(tmp_path / budget.COSTS_FILE) as f:
+    assert json.load(f) == first

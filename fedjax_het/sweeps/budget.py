@@ -38,11 +38,14 @@ def cell_key(run) -> str:
 
 
 def _saved(sweep_dir: str) -> dict:
+  """``costs.json``'s cells of known FLOPs: a cell saved with 0 (written on a GPU before
+  ``estimate`` lowered for the CPU) is left out, so it is computed again."""
   path = os.path.join(sweep_dir, COSTS_FILE)
   if not os.path.exists(path):
     return {}
   with open(path) as f:
-    return json.load(f)
+    return {key: cost for key, cost in json.load(f).items()
+            if cost.get("total_flops", 0) > 0}
 
 
 def _comparable(run) -> dict:

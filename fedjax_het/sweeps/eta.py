@@ -56,8 +56,8 @@ def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run],
   the FLOPs of those run so far counts 5x their time); else None."""
   flops = flops or {}
   done = [(d, flops[c]) for c, ds in durations.items() if c in flops for d in ds]
-  # no rate from cells of unknown (0) FLOPs: a costs.json written where XLA's cost
-  # analysis gave 0 (a GPU before estimate lowered for the CPU) stopped a sweep here
+  # no rate from cells of unknown (0) FLOPs (budget._saved drops them from costs.json;
+  # a caller's own mapping may still hold them)
   done_flops = sum(f for _, f in done)
   rate = sum(d for d, _ in done) / done_flops if done_flops > 0 else None
   out = []

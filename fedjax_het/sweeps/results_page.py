@@ -130,8 +130,13 @@ def render_page(sweep_info: dict, rows: Sequence[dict], plots_info: dict | None,
               f"{os.path.join(plots_dir, 'tb')}`.", ""]
   lines += [*(["## About this sweep", "", "```", about.strip(), "```", ""] if about else []),
             "Produced by:", "", "```sh", *commands, "```", "",
-            "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", ""]
+            environment_line(env), ""]
   return "\n".join(lines)
+
+
+def environment_line(env: dict) -> str:
+  """``'Environment: backend gpu, devices 1 x NVIDIA H200, ...'`` from ``sweep.json``."""
+  return "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + "."
 
 
 def sweep_file(command: str) -> str | None:
@@ -173,7 +178,6 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
   about = sweep_docstring(command).strip().split("\n\n")[0]
   page_dir = os.path.dirname(os.path.abspath(page_path))
   csv_link = os.path.relpath(os.path.join(sweep_dir, "results.csv"), page_dir)
-  env = info.get("environment", {})
   plots_dir = os.path.join(sweep_dir, "plots")
   plots_json = os.path.join(plots_dir, "plots.json")
   figures = (figure_section(plots_lib.read_json(plots_json)["figures"], plots_dir,
@@ -181,7 +185,7 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
              if os.path.exists(plots_json) else [])
   return "\n".join([
       f"## Another sweep: {sweep_dir}", "", about, "", "```sh", command, "```", "",
-      "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if v) + ".", "",
+      environment_line(info.get("environment", {})), "",
       *[f"{a}\n" for a in answer_lines([], rows, paper_cells(command))],
       tables.results_markdown(rows, methods=methods, settings=settings,
                                  seeds=list(info["sweep"]["seeds"]), heading="###"),

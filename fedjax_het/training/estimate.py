@@ -85,14 +85,15 @@ def _cost_device():
 
 def _flops(jitted, *args) -> float:
   """FLOPs of ``jitted(*args)`` (abstract args) from XLA's cost analysis, uncompiled."""
-  with jax.default_device(_cost_device()):
+  device = _cost_device()
+  with jax.default_device(device):
     analysis = jitted.lower(*args).cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
     analysis = analysis[0]
   if not analysis or "flops" not in analysis:
     raise RuntimeError(
         f"XLA's cost analysis is unavailable: no FLOP count for a program lowered for "
-        f"{_cost_device() or jax.default_backend() + ' (no CPU backend loaded)'}; "
+        f"{device or jax.default_backend() + ' (no CPU backend loaded)'}; "
         "add 'cpu' to JAX_PLATFORMS, or run the sweep with --noestimate")
   return float(analysis["flops"])
 
