@@ -248,14 +248,15 @@ def test_evaluate_shared_tests_the_shared_model(tiny_config, algorithm):
     exp = experiment.prepare(tiny_config(algorithm, "tiny", {**SMALL, **extra,
                                                        "algo.evaluate": evaluate}))
     proto = exp.algorithm.protocol
-    state = exp.algorithm.init(jax.random.PRNGKey(0))
+    # jitted: op by op, the first test of a worker to run these models took 20 s
+    state = jax.jit(exp.algorithm.init)(jax.random.PRNGKey(0))
     client = jax.tree.map(lambda a: a[0], state.clients[0])
     payload = proto.downlink(state.server, 0)
     x = jnp.ones((2, *exp.data.x.shape[1:]), jnp.float32)
     scrambled = client.replace(params=dict(
         client.params, local=jax.tree.map(lambda a: a + 1.0, client.params["local"])))
-    outs[evaluate] = (proto.predict(0, client, payload)(x),
-                      proto.predict(0, scrambled, payload)(x))
+    predict = jax.jit(lambda c, p, x, proto=proto: proto.predict(0, c, p)(x))
+    outs[evaluate] = (predict(client, payload, x), predict(scrambled, payload, x))
   assert not np.allclose(*outs["private"])  # the private model decides
   np.testing.assert_array_equal(*outs["shared"])  # only theta decides
   assert not np.allclose(outs["private"][0], outs["shared"][0])

@@ -82,7 +82,7 @@ def test_algorithm_entries_and_overrides():
   assert plan_lib.named_overrides([("x", {"y": {"z": 1}})]) == [("x", {"y.z": 1})]
 
 
-def test_mean_std_and_durations(monkeypatch):
+def test_mean_std_and_durations():
   np.testing.assert_allclose(tables.mean_std([0.5, 0.7]), [0.6, np.sqrt(0.02)])
   assert tables.mean_std([0.4]) == (0.4, 0.0)
   assert [metrics_lib.format_s(s) for s in (None, 12.4, 250, 3720)] == [
@@ -104,10 +104,18 @@ def test_mean_std_and_durations(monkeypatch):
   # the same from the sweep's bookkeeping: 110 per later run, the current one 110 - 5
   assert eta_lib.seconds_left({("a", "s"): [100.0, 120.0]}, runs, elapsed=5.0,
                               current=runs[0]) == 3 * 110 + 105
-  # a batch of 3 seeds that has run 12 s so far: 4 s per run
-  clock = iter([112.0])
-  monkeypatch.setattr(eta_lib.time, "perf_counter", lambda: next(clock))
-  assert eta_lib.seconds_per_run(100.0, 3) == 4.0
+  # a batch of 3 seeds on a replica axis, 12 s of wall time in, projected to take 60 s:
+  # 48 s of it are left (not a third of that: the seeds share the wall time); then 3
+  # later runs at their cell's mean per run, 20 s
+  assert eta_lib.sweep_eta([20.0], [20.0] * 3, elapsed=12.0, projected=60.0,
+                           runs_now=3) == 3 * 20 + 48
+  # before its projection: 3 runs at the cell's mean, 3 * 20 - 12 left
+  assert eta_lib.sweep_eta([20.0], [20.0] * 3, elapsed=12.0, current=20.0,
+                           runs_now=3) == 3 * 20 + 48
+  # the first batch of a sweep: later runs at its projection per run
+  assert eta_lib.sweep_eta([], 3, elapsed=12.0, projected=60.0, runs_now=3) == 60 + 48
+  assert eta_lib.seconds_left({("a", "s"): [100.0, 120.0]}, runs[2:], elapsed=30.0,
+                              current=runs[0], runs_now=3) == 110 + 3 * 110 - 30
   # a cell that has not run counts at its FLOPs (costs.json) times the seconds per FLOP
   # the finished runs took: a later cell of 5x the FLOPs, 5x their time
   flops = {("a", "s"): 2.0, ("b", "s"): 10.0}

@@ -6,7 +6,6 @@ num_rounds)`` after every dispatch (``loop.run``/``loop.run_seeds``).
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -17,34 +16,39 @@ from fedjax_het.training.metrics import format_s
 
 def sweep_eta(durations: Sequence[float], runs_after: int | Sequence[float | None],
               elapsed: float | None = 0.0, projected: float | None = None,
-              current: float | None = None) -> float | None:
+              current: float | None = None, runs_now: int = 1) -> float | None:
   """Seconds left in a sweep, from the runs finished so far and the current one's pace.
 
   Args:
-    durations: wall seconds of the runs this sweep computed so far.
-    runs_after: the runs still to compute after the current one: their number, or per
-      run its expected seconds (the mean of its cell's finished runs: ``cell_means``)
-      or None where its cell has none yet.
-    elapsed: seconds spent on the current run; None between runs (none in progress).
-    projected: the current run's total seconds projected from its own rounds
+    durations: seconds of the runs this sweep computed so far, per run (a batch's
+      seeds share its wall time: each counts the batch's time over its size).
+    runs_after: the runs still to compute after the current batch: their number, or
+      per run its expected seconds (the mean of its cell's finished runs:
+      ``cell_means``) or None where its cell has none yet.
+    elapsed: wall seconds spent on the current batch; None between batches (none in
+      progress).
+    projected: the current batch's total wall seconds projected from its own rounds
       (``projected_duration``), or None before it has two evaluated rounds.
-    current: the current run's cell's mean so far, or None.
+    current: the current batch's cell's mean seconds per run so far, or None.
+    runs_now: the runs of the current batch (seeds run together on a replica axis).
 
   Returns:
     The later runs' expected seconds (``per_run``, the mean of ``durations``, where a
-    run has no cell mean; before any run finished, the current run's projection) plus
-    ``left_now``: the current run's projection less ``elapsed`` (runs of one sweep can
-    differ 2x in cost), else its cell's mean or ``per_run`` less ``elapsed``; None when
-    neither is known.
+    run has no cell mean; before any run finished, the current batch's projection per
+    run) plus ``left_now``: the current batch's projection less ``elapsed`` (runs of
+    one sweep can differ 2x in cost), else ``runs_now`` times its cell's mean or
+    ``per_run``, less ``elapsed``; None when neither is known.
   """
-  per_run = float(np.mean(durations)) if durations else projected
+  per_run = (float(np.mean(durations)) if durations else
+             None if projected is None else projected / runs_now)
   if per_run is None:
     return None
   after = [None] * runs_after if isinstance(runs_after, int) else list(runs_after)
   later = sum(per_run if v is None else v for v in after)
   if elapsed is None:
     return later
-  own = next(v for v in (projected, current, per_run) if v is not None)
+  own = projected if projected is not None else runs_now * (
+      current if current is not None else per_run)
   return later + max(own - elapsed, 0.0)
 
 
@@ -74,20 +78,22 @@ def cell_means(durations: Mapping[tuple, Sequence[float]], later: Sequence[Run],
 
 def seconds_left(by_cell: Mapping[tuple, Sequence[float]], later: Sequence[Run],
                  flops: Mapping[tuple, float] | None = None, elapsed: float | None = None,
-                 projected: float | None = None, current: Run | None = None
-                 ) -> float | None:
+                 projected: float | None = None, current: Run | None = None,
+                 runs_now: int = 1) -> float | None:
   """``sweep_eta`` from the sweep's bookkeeping.
 
   Args:
-    by_cell: ``{(algorithm, setting): seconds of its finished runs}``.
+    by_cell: ``{(algorithm, setting): seconds per run of its finished runs}``.
     later: the runs after the current batch.
     flops: ``{(algorithm, setting): a run's FLOPs}`` (``cell_means``).
-    elapsed, projected: as ``sweep_eta``; ``elapsed`` None between runs.
-    current: the run in progress (its cell's mean counts for it), or None.
+    elapsed, projected, runs_now: as ``sweep_eta``; ``elapsed`` None between batches.
+    current: a run of the batch in progress (its cell's mean counts for each of the
+      batch's ``runs_now`` runs), or None.
   """
   durations = [d for ds in by_cell.values() for d in ds]
   own = cell_means(by_cell, [current], flops)[0] if current is not None else None
-  return sweep_eta(durations, cell_means(by_cell, later, flops), elapsed, projected, own)
+  return sweep_eta(durations, cell_means(by_cell, later, flops), elapsed, projected, own,
+                   runs_now)
 
 
 def projected_duration(first: tuple[float, float], now: tuple[float, float]
@@ -142,11 +148,6 @@ def run_prefix(position: int, total: int, run: Run) -> str:
   return f"[{position}/{total}] {run.algorithm} | {run.setting} | seed {run.seed}"
 
 
-def seconds_per_run(t0: float, runs: int) -> float:
-  """Seconds since ``t0`` (``time.perf_counter``) per run of a batch of ``runs``."""
-  return (time.perf_counter() - t0) / runs
-
-
 def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], float],
                  eta: Callable[[float, float | None], float | None]
                  ) -> tuple[Callable[[str], None], Projection]:
@@ -156,7 +157,7 @@ def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], 
   Args:
     log: where lines go.
     prefix: ``run_prefix(...)``.
-    elapsed: seconds spent on the current run so far.
+    elapsed: wall seconds spent on the current batch so far.
     eta: ``(elapsed, projected run seconds or None) -> seconds left in the sweep``.
 
   Returns:

@@ -221,10 +221,11 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
     prefix = batch_prefix(positions, len(runs), runs)
     todo -= len(batch)
     t0 = time.perf_counter()
-    elapsed = functools.partial(eta_lib.seconds_per_run, t0, len(batch))
+    elapsed = lambda t0=t0: time.perf_counter() - t0  # the batch's wall seconds
     later = [runs[i] for b in jobs[j + 1:] for i in b]
     cell = (batch[0].algorithm, batch[0].setting)
-    eta = functools.partial(eta_lib.seconds_left, by_cell, later, flops, current=batch[0])
+    eta = functools.partial(eta_lib.seconds_left, by_cell, later, flops, current=batch[0],
+                            runs_now=len(batch))
     where = batch[0].workdir if len(batch) == 1 else os.path.join(
         os.path.dirname(batch[0].workdir), "seed{" + ",".join(str(r.seed) for r in batch) + "}")
     log(f"{prefix} | start -> {where} | sweep ETA {metrics_lib.format_s(eta(0.0, None))}")
