@@ -43,7 +43,8 @@ def quick_run(tmp_path_factory, synthetic_npz):
   out = run_main("--config=experiments/fedmrl.py:cpu", f"--workdir={workdir}",
                  f"--config.data.path={synthetic_npz}", "--config.data.subsample=0",
                  "--config.models=tiny", "--config.num_clients=4", "--config.num_rounds=5",
-                 "--config.eval_every=3", "--config.log_every=1", "--config.batch_size=32")
+                 "--config.eval_every=3", "--config.log_every=1", "--config.batch_size=32",
+                 "--config.algo.small_arch=tiny")  # a CNN-5 took most of the compile
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout.splitlines()
 
