@@ -5,6 +5,8 @@ The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/m2_m3_fedmrl.py \
       --sweep_dir=results/claims/m2_m3_fedmrl --seed_batch=3 --budget_min=45
+
+Cost: 21 runs, 0.45 PFLOP, 4h09m of the 2-core CPU by `sweep.py`'s plan.
 """
 import os
 
