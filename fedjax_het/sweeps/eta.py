@@ -158,7 +158,7 @@ def prefixed_log(log: Callable[[str], None], prefix: str, elapsed: Callable[[], 
     log: where lines go.
     prefix: ``run_prefix(...)``.
     elapsed: wall seconds spent on the current batch so far.
-    eta: ``(elapsed, projected run seconds or None) -> seconds left in the sweep``.
+    eta: ``(elapsed, projected batch seconds or None) -> seconds left in the sweep``.
 
   Returns:
     ``(log, on_progress)``: pass both to ``loop.run`` (``on_progress`` is the run's
