@@ -109,7 +109,6 @@ def test_cell_costs_are_kept_for_the_next_call(tiny_config, tmp_path, monkeypatc
     assert json.load(f) == first
 
 
-
 def test_cell_costs_of_zero_flops_are_computed_again(tiny_config, tmp_path):
   """A costs.json cell saved with 0 FLOPs (a GPU's, before the estimate lowered for the
   CPU) is neither planned with nor reused: it is computed again and rewritten."""

@@ -19,7 +19,7 @@ Cost of this cut: a cell of 3 seeds is 34-71 TFLOP (22-67 minutes of the 2-core 
 the plans); the five sweeps that use it are 138 runs, 2.6 PFLOP, about 28 h by their
 plans (each sweep file's docstring; calibrated while another sweep shared the
 machine, so somewhat long), far over the 4 h the ledger was meant to take.
-Fewer rounds or examples leave the clients near chance (above); the sweeps run across
+Fewer rounds leave the clients near chance (above); the sweeps run across
 sessions (``--budget_min``; finished cells are committed and skipped by a rerun), or on
 a GPU.
 """
