@@ -36,6 +36,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from fedjax_het.data import cache
 from fedjax_het.models.preprocess import CIFAR_MEAN
 from fedjax_het.models.preprocess import CIFAR_STD
 
@@ -370,16 +371,42 @@ def load_dataset(name: str, path: str = "",
   Args:
     name: dataset name, a key of ``DATASETS`` or the name of a dataset in an npz.
     path: ``config.data.path`` ('' for ``FEDJAX_HET_DATA`` or TFDS's default).
-    environ: environment (default ``os.environ``).
+    environ: environment (default ``os.environ``): ``FEDJAX_HET_DATA``, and
+      ``FEDJAX_HET_DATA_CACHE``, a directory caching decoded ``.npz`` files
+      (``fedjax_het.data.cache``; its arrays come back memory-mapped, read only).
     num_classes: ``config.data.num_classes`` of a non-built-in dataset (0: inferred).
 
   Returns:
     ``RawData``.
   """
   kind, where = resolve_source(name, path, environ)
+  source = f"{kind}:{os.path.abspath(where) if where else 'default data dir'}"
+  cache_dir = (os.environ if environ is None else environ).get(cache.ENV_VAR, "")
+  if kind == "npz" and cache_dir:
+    return _load_npz_cached(where, name, num_classes, cache_dir, source)
   raw = (load_npz(where, name, num_classes) if kind == "npz"
          else load_tfds(name, where))
-  return canonical(raw, f"{kind}:{os.path.abspath(where) if where else 'default data dir'}")
+  return canonical(raw, source)
+
+
+_CACHED = ("x_train", "y_train", "x_test", "y_test", "train_rows", "test_rows")
+
+
+def _load_npz_cached(file: str, name: str, num_classes: int, cache_dir: str,
+                     source: str) -> RawData:
+  """``canonical(load_npz(...))`` through the dataset cache (``fedjax_het.data.cache``):
+  the arrays memory-mapped from its entry, which the first reader writes."""
+  entry = cache.entry_dir(cache_dir, file, name, num_classes)
+  hit = cache.read(entry, _CACHED)
+  if hit is None:
+    raw = canonical(load_npz(file, name, num_classes), source)
+    meta = {"num_classes": raw.num_classes, "fingerprint": raw.fingerprint}
+    if not cache.write(entry, {k: getattr(raw, k) for k in _CACHED}, meta):
+      return raw
+    hit = cache.read(entry, _CACHED)  # what later readers get, from the first one on
+  arrays, meta = hit
+  return RawData(**arrays, num_classes=meta["num_classes"], source=source,
+                 fingerprint=meta["fingerprint"])
 
 
 def canonical_order(x: np.ndarray, y: np.ndarray) -> np.ndarray:
