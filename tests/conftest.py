@@ -13,7 +13,7 @@ else:
   _SESSION_CACHE = None  # the caller's own cache stays
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # ... and one dataset cache (fedjax_het.data.cache): CIFAR-10's npz is inflated and
-# sorted once, not in each of the ~100 processes and runs that read it (2.3 s each).
+# sorted once, not in every process and run that reads it (2.3 s each).
 if "FEDJAX_HET_DATA_CACHE" not in os.environ:
   _SESSION_DATA_CACHE = tempfile.mkdtemp(prefix="fedjax_het_data_cache_")
   os.environ["FEDJAX_HET_DATA_CACHE"] = _SESSION_DATA_CACHE

@@ -80,10 +80,10 @@ def test_the_entry_depends_on_the_name_and_classes(tmp_path):
 def test_an_incomplete_entry_is_rewritten(tmp_path):
   _npz(tmp_path / "cifar10.npz")
   env = _env(tmp_path, tmp_path / "c")
-  plain = sources.load_dataset("cifar10", environ=env)
+  first = sources.load_dataset("cifar10", environ=env)
   (entry,) = _entries(tmp_path / "c")
   os.remove(tmp_path / "c" / entry / "x_test.npy")  # a disk that filled up, say
-  _assert_same(plain, sources.load_dataset("cifar10", environ=env))
+  _assert_same(first, sources.load_dataset("cifar10", environ=env))
   assert "x_test.npy" in os.listdir(tmp_path / "c" / entry)
 
 
