@@ -156,6 +156,7 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
   assert "| not run | a claim |" in text and "| pending |" in text
   assert "| 12 | +3.60 ± 0.69 (n=3) | rising (+3.00 ± 0.58 / 10 rounds) | reproduced |" in text
   assert "- **P5**: needs checkpoints" in text
+  assert "`differs`, a claim of no difference with a difference beyond them." in text
   links = [line.split("](")[1].rstrip(")") for line in text.splitlines()
            if line.startswith("![")]
   assert len(links) == 2

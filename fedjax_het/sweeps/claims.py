@@ -513,7 +513,12 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
             "`fidelity`: Spearman's correlation of clients' accuracy with their type's "
             "fidelity. Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
-            "errors.", ""]
+            "errors. Verdicts: `reproduced`, the paper's sign beyond two standard errors "
+            "and at least half its size (for a claim of no difference: within two "
+            "standard errors of zero); `same direction, smaller`, under half; `not "
+            "seen`, within two standard errors of zero; `opposite`, the other sign "
+            "beyond them; `differs`, a claim of no difference with a difference beyond "
+            "them.", ""]
   if notes:
     lines += ["## Not tested yet", ""] + [f"- **{cid}**: {why}" for cid, why in notes]
     lines.append("")
