@@ -4,21 +4,24 @@ import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _session_dir(variable: str, prefix: str) -> str | None:
+  """A temporary directory (removed at the end) named by ``variable`` for this session
+  and its subprocesses, or None when the caller set ``variable`` (their own stays)."""
+  if variable in os.environ:
+    return None
+  os.environ[variable] = path = tempfile.mkdtemp(prefix=prefix)
+  return path
+
+
 # One persistent compilation cache for the whole session (subprocesses inherit it):
 # the end-to-end tests compile the same round several times.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  _SESSION_CACHE = tempfile.mkdtemp(prefix="fedjax_het_jit_cache_")  # removed at the end
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
-else:
-  _SESSION_CACHE = None  # the caller's own cache stays
+_SESSION_CACHE = _session_dir("JAX_COMPILATION_CACHE_DIR", "fedjax_het_jit_cache_")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # ... and one dataset cache (fedjax_het.data.cache): CIFAR-10's npz is inflated and
 # sorted once, not in every process and run that reads it (2.3 s each).
-if "FEDJAX_HET_DATA_CACHE" not in os.environ:
-  _SESSION_DATA_CACHE = tempfile.mkdtemp(prefix="fedjax_het_data_cache_")
-  os.environ["FEDJAX_HET_DATA_CACHE"] = _SESSION_DATA_CACHE
-else:
-  _SESSION_DATA_CACHE = None
+_SESSION_DATA_CACHE = _session_dir("FEDJAX_HET_DATA_CACHE", "fedjax_het_data_cache_")
 # XLA:CPU compilation dominates the suite's time; without the backend's optimisation
 # passes it compiles ~30 % faster (tests/test_protocol.py -k "fedmrl or fedmoe": 44 s ->
 # 34 s on 2 cores) and the tiny programs run about as fast. Subprocesses inherit it.

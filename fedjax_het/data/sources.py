@@ -379,9 +379,10 @@ def load_dataset(name: str, path: str = "",
   Returns:
     ``RawData``.
   """
+  environ = os.environ if environ is None else environ
   kind, where = resolve_source(name, path, environ)
   source = f"{kind}:{os.path.abspath(where) if where else 'default data dir'}"
-  cache_dir = (os.environ if environ is None else environ).get(cache.ENV_VAR, "")
+  cache_dir = environ.get(cache.ENV_VAR, "")
   if kind == "npz" and cache_dir:
     return _load_npz_cached(where, name, num_classes, cache_dir, source)
   raw = (load_npz(where, name, num_classes) if kind == "npz"
