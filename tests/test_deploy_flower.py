@@ -6,13 +6,13 @@ this module, submitted with ``flwr run`` (the ``runs`` fixture says in which ord
 - SuperNodes of clients 0 and 1, a SuperNode of client 2 with fault drills (a NaN
   upload in round 2, killed when asked to train round 3) and an intruder whose key was
   never registered: the SuperLink refuses it and every run goes on with the others.
-- FedMRL (2 clients, 2 rounds), FedMoE (2 clients) and FedAvg (3 clients), 1 round
-  each, side by side: the SuperLink is SIGKILLed after FedMRL's round-1 checkpoint and
-  restarted; the resubmitted runs resume from their checkpoints and their metrics equal
-  the simulator's (same config, seed and partition, one device): accuracies to 1e-6
-  (the simulator averages in float32, the server in float64), losses to rtol 1e-5;
-  measured: equal to the printed digits. The 2-client runs refuse client 2's SuperNode
-  by its registered name.
+- FedMRL (2 clients, 2 rounds): the SuperLink is SIGKILLed after its round-1
+  checkpoint and restarted; the resubmitted run resumes from its checkpoint, side by
+  side with FedMoE (2 clients) and FedAvg (3 clients), 1 round each. The three runs'
+  metrics equal the simulator's (same config, seed and partition, one device):
+  accuracies to 1e-6 (the simulator averages in float32, the server in float64), losses
+  to rtol 1e-5; measured: equal to the printed digits. The 2-client runs refuse client
+  2's SuperNode by its registered name.
 - The FedAvg run continued to 3 rounds with ``min-fit-clients=2``: client 2's NaN upload
   is its failure in round 2, its SuperNode dies in round 3 (the round waits 5 s for it
   once the other two uploads are in); both rounds aggregate the other two.
@@ -194,34 +194,40 @@ SPECS = {"fedmrl": ("experiments/fedmrl.py:smoke", f"num_clients=2 num_rounds=2 
 def runs(link):
   """Every run of the module; {name: run config}.
 
-  1. FedMRL, FedMoE and FedAvg side by side until FedMRL's server has checkpointed
-     round 1; then the SuperLink is SIGKILLed (their ServerApps die with it) and
-     restarted (same database: the registered SuperNodes reconnect).
-  2. The three runs resubmitted: each resumes from its newest checkpoint (FedMoE's and
-     FedAvg's may have none yet, or be complete already), and its clients from theirs.
+  1. FedMRL until its server has checkpointed round 1; then the SuperLink is SIGKILLed
+     (the ServerApp dies with it) and restarted (same database: the registered
+     SuperNodes reconnect).
+  2. FedMRL resubmitted (it resumes from its checkpoint, and its clients from theirs),
+     FedMoE and FedAvg submitted beside it: three runs side by side on the same
+     SuperNodes. (FedMoE and FedAvg start after the restart: a SuperNode serves one
+     message at a time, so their messages before it only delayed FedMRL's round 1.)
   3. FedAvg resubmitted with 3 rounds on a copy of its outputs (it resumes from round
      1, and so do its clients, whose state is the config's): client 2's drills act in
      rounds 2 (a NaN upload) and 3 (its SuperNode is killed); ``min-fit-clients=2``,
      and a round waits 5 s for stragglers once 2 uploads are in.
   """
   t0 = time.monotonic()
-  configs = {name: submit(link, name, *SPECS[name])[1] for name in SPECS}
-  step1 = os.path.join(configs["fedmrl"]["workdir"], "checkpoints", "1")
+  _, fedmrl = submit(link, "fedmrl", *SPECS["fedmrl"])
+  step1 = os.path.join(fedmrl["workdir"], "checkpoints", "1")
   while not os.path.exists(step1) and time.monotonic() < t0 + TIMEOUT:
     time.sleep(0.1)  # orbax renames a step's directory once it is complete
-  assert os.path.exists(step1), _tail(configs["fedmrl"]["workdir"])
+  assert os.path.exists(step1), _tail(fedmrl["workdir"])
   link.kill("superlink")  # SIGKILL
   link.start_superlink()
-  resubmitted = {name: link.submit(config) for name, config in configs.items()}
-  for name, run_id in resubmitted.items():
-    finish(link, run_id, configs[name])
-  faults = dict(configs["fedavg"], overrides="num_clients=3 num_rounds=3 models=tiny",
+  submitted = {"fedmrl": (link.submit(fedmrl), fedmrl)}
+  submitted.update({name: submit(link, name, *SPECS[name]) for name in ("fedmoe", "fedavg")})
+  for name in ("fedmrl", "fedmoe", "fedavg"):
+    finish(link, *submitted[name])
+  # alone: a round waits only 5 s for the third upload once two are in (the NaN one
+  # counts), so another run's message on a SuperNode would make it a straggler
+  faults = dict(submitted["fedavg"][1], overrides="num_clients=3 num_rounds=3 models=tiny",
                 workdir=link.path("faults"),
                 **{"min-fit-clients": 2, "straggler-timeout": 5.0})
-  shutil.copytree(configs["fedavg"]["workdir"], faults["workdir"])  # FedAvg, continued
-  finish(link, link.submit(faults), faults)
+  shutil.copytree(submitted["fedavg"][1]["workdir"], faults["workdir"])  # FedAvg, continued
+  submitted["faults"] = (link.submit(faults), faults)
+  finish(link, *submitted["faults"])
   print(f"runs: {time.monotonic() - t0:.0f}s")
-  return dict(configs, faults=faults)
+  return {name: config for name, (_, config) in submitted.items()}
 
 
 def test_an_unregistered_supernode_is_refused(link):

@@ -99,12 +99,14 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
 
 
 # CPU's auto: a lax.map, on one device; vmap (an accelerator's auto) on the client axis
-# sharded over the 4 forced devices
+# sharded over the 4 forced devices. Either batch is held against the same separate
+# runs: plain ones (auto, one device), which both parametrisations share (compiled once).
 @pytest.mark.parametrize("parallelism,devices", [("auto", {}), ("vmap", SHARDED)],
                          ids=["auto", "vmap"])
 def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry,
                                                      parallelism, devices):
   seeds = (0, 1)
+  plain = [_config(tiny_config, s) for s in seeds]
   configs = [_config(tiny_config, s, **devices) for s in seeds]
   for c in configs:
     c.runtime.client_parallelism = parallelism
@@ -112,7 +114,7 @@ def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, thre
             for c in configs}
   assert len(widths) > 1  # the seeds' tables have other widths: padding is exercised
   separate = [loop.run(c, str(tmp_path / f"sep{s}"), log=lambda _: None)
-              for c, s in zip(configs, seeds)]
+              for c, s in zip(plain, seeds)]
   lines = []
   batched = loop.run_seeds(configs, [str(tmp_path / f"bat{s}") for s in seeds],
                            log=lines.append)
