@@ -1,5 +1,6 @@
 """A run's FLOPs from XLA's cost analysis, the calibration, and the budget plan."""
 import json
+import logging
 import math
 import os
 import sys
@@ -9,9 +10,11 @@ import pytest
 from conftest import TINY_SHARED
 
 from fedjax_het.sweeps import budget
+from fedjax_het.sweeps import runner
 from fedjax_het.sweeps.plan import Run
 from fedjax_het.training import estimate
 from fedjax_het.training import experiment
+from fedjax_het.training import loop
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
@@ -78,6 +81,35 @@ def test_calibration_times_the_runs_own_dispatch(tiny_config):
   assert cal.compile_s >= 0 and cal.round_s > 0 and math.isfinite(cal.flops_per_s)
   assert estimate.format_flops(3.2e15) == "3.2 PFLOP"
   assert estimate.format_flops(5.12e11) == "512.0 GFLOP"
+
+
+def _dispatch_cache_lines(caplog):
+  return [r.getMessage() for r in caplog.records if "'jit_dispatch'" in r.getMessage()]
+
+
+def test_a_batch_is_calibrated_on_the_program_its_seeds_run(tiny_config, tmp_path, caplog):
+  configs = [tiny_config(overrides={"seed": s, "num_rounds": 3}) for s in (0, 1)]
+  exps = [experiment.prepare(c, place=False) for c in configs]
+  cal = estimate.calibrate(exps)
+  # the work of both seeds per round (a single run's calibration counts one)
+  assert cal.flops_per_s == pytest.approx(2 * estimate.run_cost(exps[0]).round_flops
+                                          / cal.round_s)
+  # the seeds on their replica axis compile nothing: the persistent cache (conftest's)
+  # serves the calibrated dispatch
+  caplog.set_level(logging.DEBUG, logger="jax._src.compiler")
+  loop.run_seeds(configs, [str(tmp_path / "s0"), str(tmp_path / "s1")], log=lambda _: None)
+  lines = _dispatch_cache_lines(caplog)
+  assert lines and all(m.startswith("Persistent compilation cache hit") for m in lines), lines
+
+
+def test_a_batch_whose_seeds_cannot_share_a_program_is_calibrated_on_its_first_run(
+    tiny_config):
+  configs = [tiny_config(overrides={"seed": 0, "num_rounds": 3}),
+             tiny_config(overrides={"seed": 1, "num_rounds": 3, "learning_rate": 0.5})]
+  runs = [Run("standalone", "N=8", c.seed, c, f"/x/{c.seed}") for c in configs]
+  cal = runner.first_calibration(runs, [0, 1])  # run_batch runs them one by one
+  cost = estimate.run_cost(experiment.prepare(configs[0], place=False))
+  assert cal.flops_per_s == pytest.approx(cost.round_flops / cal.round_s)
 
 
 def _run(algorithm, seed):

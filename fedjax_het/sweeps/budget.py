@@ -3,9 +3,10 @@
 ``plan_budget`` prints, before a sweep (or the campaign) starts, one line per batch of
 runs still to do: its FLOPs (``training.estimate.run_cost``, from XLA's cost analysis of
 the algorithm's client step), its estimated time from a short calibration
-(``training.estimate.calibrate`` of the first run still to do: the program that run
-compiles anyway, so the persistent compilation cache makes the calibration's compile
-its own), the cumulative time, and whether it fits the budget.
+(``training.estimate.calibrate`` of the first batch still to do, as it will run, its
+seeds on the replica axis: the program that batch compiles anyway, so the persistent
+compilation cache makes the calibration's compile its own), the cumulative time, and
+whether it fits the budget.
 
 Costs are computed once per (algorithm, setting) cell, on its first seed (the seeds of
 a cell cost the same up to their partitions), and kept in ``<sweep_dir>/costs.json`` so
@@ -95,8 +96,8 @@ def plan_budget(runs: Sequence, batches: Sequence[Sequence[int]], costs: dict,
                 budget_s: float | None) -> list[Line]:
   """Estimated time of each batch in order, and which fit ``budget_s`` (None: all).
 
-  A batch of S seeds is estimated as S runs at the calibration's FLOP/s (an upper bound
-  where the replica axis makes seeds cheaper), plus one compilation per batch.
+  A batch of S seeds is estimated as S runs at the calibration's FLOP/s (that of the
+  first batch, all its seeds counted), plus one compilation per batch.
   """
   lines, total = [], 0.0
   for positions in batches:

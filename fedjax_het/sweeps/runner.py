@@ -149,16 +149,29 @@ def run_batch(batch: Sequence[Run], log: Callable[[str], None],
   return out
 
 
+def first_calibration(runs: Sequence[Run], positions: Sequence[int]) -> estimate.Calibration:
+  """``estimate.calibrate`` of a batch as ``run_batch`` runs it: its seeds on a replica
+  axis, or its first run alone where they cannot share one (or it has one seed)."""
+  if len(positions) > 1:
+    exps = [experiment.prepare(runs[i].config, place=False) for i in positions]
+    try:
+      loop.check_replicas(exps)
+    except ValueError:
+      pass  # run_batch runs these seeds one by one
+    else:
+      return estimate.calibrate(exps)
+  return estimate.calibrate(experiment.prepare(runs[positions[0]].config))
+
+
 def print_plan(runs: Sequence[Run], jobs: Sequence[Sequence[int]], sweep_dir: str,
                budget_s: float | None, log: Callable[[str], None]) -> None:
   """The FLOPs and estimated time of every batch still to run, before the sweep starts.
 
-  The calibration times the first batch's first run (``estimate.calibrate``); see
-  ``fedjax_het.sweeps.budget``.
+  The calibration times the first batch as it will run (``estimate.calibrate``: one run,
+  or its seeds on the replica axis); see ``fedjax_het.sweeps.budget``.
   """
   costs = budget.cell_costs(runs, [i for b in jobs for i in b], sweep_dir, log)
-  exp = experiment.prepare(runs[jobs[0][0]].config)
-  calibration = estimate.calibrate(exp)
+  calibration = first_calibration(runs, jobs[0])
   lines = budget.plan_budget(runs, jobs, costs, calibration, budget_s)
   for line in budget.format_plan(runs, lines, calibration, budget_s):
     log(line)

@@ -14,10 +14,11 @@ useful FLOPs (padding and the server's aggregation are not counted):
 - protocol (b) (``eval_sampled``): every round, the sampled clients' test examples.
 
 The time is estimated from a calibration: ``calibrate`` runs the run's own compiled
-dispatch (``program.compile_dispatch``, the program ``loop.run`` uses, so with the
-persistent compilation cache the run itself does not compile again) for one round
-(compilation) and then two rounds (speed), giving seconds per round and the achieved
-FLOP/s; ``estimate_seconds`` applies them to any run.
+dispatch (``program.compile_dispatch``, the program ``loop.run`` uses, or for a batch of
+seeds the replica-axis program of ``loop.run_seeds``, so with the persistent compilation
+cache the run itself does not compile again) for one round (compilation) and then two
+rounds (speed), giving seconds per round and the achieved FLOP/s; ``estimate_seconds``
+applies them to any run.
 """
 from __future__ import annotations
 
@@ -151,25 +152,38 @@ def run_cost(exp) -> Cost:
   return Cost(train, predict, round_flops, eval_flops, total, config.num_rounds)
 
 
-def calibrate(exp, cost: Cost | None = None) -> Calibration:
-  """Times ``exp``'s own compiled dispatch: one round (compilation), then two rounds.
+def calibrate(exps, cost: Cost | None = None) -> Calibration:
+  """Times a run's own compiled dispatch: one round (compilation), then two rounds.
 
-  Runs on a fresh initial state and writes nothing; the program is the one ``loop.run``
-  compiles for this config, so the persistent compilation cache serves the run itself.
+  ``exps``: one experiment, or the S experiments of a batch of seeds (equal but for
+  ``seed``, prepared unplaced: ``prepare(place=False)``), timed on their replica axis as
+  ``loop.run_seeds`` runs them. Runs on fresh initial states and writes nothing; the
+  program is the one the run (or batch) compiles, so the persistent compilation cache
+  serves it. A batch's FLOP/s counts the work of all its seeds.
   """
+  batch = list(exps) if isinstance(exps, (list, tuple)) else [exps]
+  exp = batch[0]
   cost = cost or run_cost(exp)
   init = program.compile_fns(exp).init
-  dispatch = program.compile_dispatch(exp, min(exp.config.num_rounds, program.MAX_DISPATCH))
-  state = init(jax.random.PRNGKey(exp.config.seed))
+  max_rounds = min(exp.config.num_rounds, program.MAX_DISPATCH)
+  if len(batch) == 1:
+    data, axes = exp.data, None
+    state = init(jax.random.PRNGKey(exp.config.seed))
+  else:
+    data, axes = program.replica_data(batch)
+    state = program.replica_state([init(jax.random.PRNGKey(e.config.seed)) for e in batch],
+                                  exp.runtime.mesh)
+  dispatch = program.compile_dispatch(exp, max_rounds, axes)
   t = time.perf_counter()
-  state, rows, _ = dispatch(state, exp.data, np.int32(1))
+  state, rows, _ = dispatch(state, data, np.int32(1))
   jax.block_until_ready(rows)
   first = time.perf_counter() - t
   t = time.perf_counter()
-  state, rows, _ = dispatch(state, exp.data, np.int32(2))
+  state, rows, _ = dispatch(state, data, np.int32(2))
   jax.block_until_ready(rows)
   round_s = (time.perf_counter() - t) / 2
-  return Calibration(max(first - round_s, 0.0), round_s, cost.round_flops / round_s)
+  return Calibration(max(first - round_s, 0.0), round_s,
+                     len(batch) * cost.round_flops / round_s)
 
 
 def estimate_seconds(cost: Cost, calibration: Calibration, *, rounds_left: int | None = None,

@@ -14,13 +14,10 @@ import time
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_het import data as data_lib
 from fedjax_het import distributed
-from fedjax_het import sharding
 from fedjax_het.training import metrics as metrics_lib
 from fedjax_het.training.experiment import Experiment
 from fedjax_het.training.experiment import describe
@@ -30,7 +27,8 @@ from fedjax_het.training.program import compile_dispatch
 from fedjax_het.training.program import compile_fns
 from fedjax_het.training.program import map_replicas
 from fedjax_het.training.program import per_client_accuracy
-from fedjax_het.training.program import state_shardings
+from fedjax_het.training.program import replica_data
+from fedjax_het.training.program import replica_state
 from fedjax_het.training.runfiles import RunFiles
 from fedjax_het.training.runfiles import clear_outputs
 from fedjax_het.training.runfiles import fingerprint
@@ -127,11 +125,7 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
                      "run one at a time")
   exps = [prepare(c, build, place=False) for c in configs]
   check_replicas(exps)
-  data, axes = data_lib.stack_replicas([e.data for e in exps])
-  mesh = exps[0].runtime.mesh
-  data = data.replace(x=sharding.place_replicated(jnp.asarray(data.x), mesh),
-                      y=sharding.place_replicated(jnp.asarray(data.y), mesh),
-                      groups=sharding.place_clients(data.groups, mesh, replicas=True))
+  data, axes = replica_data(exps)
   return _run_program(exps, workdirs, data, axes, fresh_start=fresh_start, log=log,
                       deadline=deadline, on_progress=on_progress)
 
@@ -258,8 +252,7 @@ def _open_runs(exps, workdirs, fns, *, primary: bool, log, batched: bool):
     raise SeedsNotAligned("run_seeds: the seeds' checkpoints are at different rounds "
                           f"({[f.start for f in runs]}); run them separately")
   if batched:
-    state = jax.device_put(jax.tree.map(lambda *a: jnp.stack(a), *[f.state for f in runs]),
-                           state_shardings(runs[0].state, exps[0].runtime.mesh, True))
+    state = replica_state([f.state for f in runs], exps[0].runtime.mesh)
   else:
     state = runs[0].state
   for f in runs:

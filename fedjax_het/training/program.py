@@ -51,6 +51,26 @@ def state_shardings(abstract: State, mesh, replicas: bool = False) -> State:
                server=jax.tree.map(lambda _: rep, abstract.server))
 
 
+def replica_data(exps: list[Experiment]) -> tuple[data_lib.FederatedData, object]:
+  """The data of seeds on a replica axis (``loop.run_seeds``), placed, and its vmap axes.
+
+  ``exps`` differ only in ``seed`` and are prepared unplaced (``prepare(place=False)``):
+  the pool is shared (replicated), each seed's client tables are stacked (padded to the
+  widest) and sharded on their client axis.
+  """
+  data, axes = data_lib.stack_replicas([e.data for e in exps])
+  mesh = exps[0].runtime.mesh
+  return data.replace(x=sharding.place_replicated(jnp.asarray(data.x), mesh),
+                      y=sharding.place_replicated(jnp.asarray(data.y), mesh),
+                      groups=sharding.place_clients(data.groups, mesh, replicas=True)), axes
+
+
+def replica_state(states: list[State], mesh) -> State:
+  """The seeds' states stacked on a leading replica axis and placed as the program wants."""
+  return jax.device_put(jax.tree.map(lambda *a: jnp.stack(a), *states),
+                        state_shardings(states[0], mesh, True))
+
+
 def round_with_checks(alg: Algorithm) -> Callable:
   """``alg.round`` whose metrics also say which groups' parameters are finite."""
   def one_round(state, data):
