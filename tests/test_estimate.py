@@ -83,10 +83,6 @@ def test_calibration_times_the_runs_own_dispatch(tiny_config):
   assert estimate.format_flops(5.12e11) == "512.0 GFLOP"
 
 
-def _dispatch_cache_lines(caplog):
-  return [r.getMessage() for r in caplog.records if "'jit_dispatch'" in r.getMessage()]
-
-
 def test_a_batch_is_calibrated_on_the_program_its_seeds_run(tiny_config, tmp_path, caplog):
   configs = [tiny_config(overrides={"seed": s, "num_rounds": 3}) for s in (0, 1)]
   exps = [experiment.prepare(c, place=False) for c in configs]
@@ -98,7 +94,7 @@ def test_a_batch_is_calibrated_on_the_program_its_seeds_run(tiny_config, tmp_pat
   # serves the calibrated dispatch
   caplog.set_level(logging.DEBUG, logger="jax._src.compiler")
   loop.run_seeds(configs, [str(tmp_path / "s0"), str(tmp_path / "s1")], log=lambda _: None)
-  lines = _dispatch_cache_lines(caplog)
+  lines = [r.getMessage() for r in caplog.records if "'jit_dispatch'" in r.getMessage()]
   assert lines and all(m.startswith("Persistent compilation cache hit") for m in lines), lines
 
 

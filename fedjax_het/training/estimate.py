@@ -152,7 +152,8 @@ def run_cost(exp) -> Cost:
   return Cost(train, predict, round_flops, eval_flops, total, config.num_rounds)
 
 
-def calibrate(exps, cost: Cost | None = None) -> Calibration:
+def calibrate(exps: experiment.Experiment | list[experiment.Experiment],
+              cost: Cost | None = None) -> Calibration:
   """Times a run's own compiled dispatch: one round (compilation), then two rounds.
 
   ``exps``: one experiment, or the S experiments of a batch of seeds (equal but for
