@@ -210,3 +210,27 @@ def test_a_relative_checkpoint_directory_restores(tmp_path, monkeypatch):
   ckpt.close()
   np.testing.assert_array_equal(restored["w"], [0.0, 1.0, 2.0])
   assert not os.path.exists(tmp_path / "run" / "checkpoints.corrupted")
+
+
+def test_prune_keeps_the_last_step_none_or_all(tmp_path):
+  from fedjax_het.training import checkpoint as ckpt_lib
+
+  def make():
+    d = tmp_path / "checkpoints"
+    for name in ("10", "20", "30.orbax-checkpoint-tmp-1"):  # the tmp: a killed write
+      os.makedirs(d / name)
+      (d / name / "state").write_bytes(b"x" * 100)
+    os.makedirs(f"{d}.corrupted/5")
+    return str(d)
+
+  d = make()
+  assert ckpt_lib.prune(d, "all") == 0 and len(os.listdir(d)) == 3
+  assert ckpt_lib.prune(d, "last") == 200
+  assert os.listdir(d) == ["20"] and os.path.isdir(f"{d}.corrupted/5")
+  assert ckpt_lib.prune(d, "last") == 0  # nothing left to remove
+  assert ckpt_lib.prune(d, "none") == 100
+  assert not os.path.exists(d) and not os.path.exists(f"{d}.corrupted")
+  assert ckpt_lib.prune(d, "none") == 0  # no directory: nothing to do
+  with pytest.raises(ValueError, match="keep='some'"):
+    ckpt_lib.prune(make(), "some")
+  assert len(os.listdir(d)) == 3  # refused before removing anything

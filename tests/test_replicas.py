@@ -1,6 +1,7 @@
 """Seeds on a replica axis (``loop.run_seeds``), evaluation inside the dispatch, deadlines."""
 import json
 import os
+import re
 import time
 
 import chex
@@ -218,11 +219,19 @@ def test_sweep_stops_at_its_deadline_and_continues(synthetic_npz, tmp_path):
       "seeds": (0, 1),
       "base_overrides": ml_collections.ConfigDict({"data.path": synthetic_npz},
                                                   allow_dotted_keys=True)})
+  with pytest.raises(ValueError, match=r"keep_checkpoints='some'; valid: \['all'"):
+    runner.run_sweep(sweep, str(tmp_path / "refused"), keep_checkpoints="some",
+                     configs_dir=EXPERIMENTS)
+  assert not os.path.exists(tmp_path / "refused")  # before anything runs
   lines = []
   rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, deadline=time.time(),
                           configs_dir=EXPERIMENTS)
   assert rows == [] and "the time budget is used up; 2 runs left" in lines[-1]
   rows = runner.run_sweep(sweep, str(tmp_path), log=lines.append, seed_batch=2,
-                          configs_dir=EXPERIMENTS)
+                          configs_dir=EXPERIMENTS, keep_checkpoints="none")
   assert [(r["seed"], r["status"]) for r in rows] == [(0, "done"), (1, "done")]
+  for seed in (0, 1):  # finished: its checkpoints removed, as asked
+    assert "checkpoints" not in os.listdir(tmp_path / "standalone" / "n4" / f"seed{seed}")
+  assert any(re.search(r"done in .* \| checkpoints pruned to 'none': [\d.]+ MiB freed \|",
+                       line) for line in lines)
   assert any("[1-2/2] standalone | N=4 | seeds 0,1 | start" in line for line in lines)

@@ -281,6 +281,8 @@ def test_sweep_writes_csv_table_and_progress(tiny_sweep):
     assert r["workdir"] == f"{r['algorithm']}/n4_c100pct/seed{r['seed']}"
     summary = plots.read_json(os.path.join(sweep_dir, r["workdir"], "summary.json"))
     assert r["final_mean_test_acc"] == summary["final_mean_test_acc"]
+    # a finished run keeps its last step only (the default; checkpoint_every=0: one)
+    assert os.listdir(os.path.join(sweep_dir, r["workdir"], "checkpoints")) == ["2"]
   assert csv_rows[0]["uplink_params"] == 0 and csv_rows[1]["uplink_params"] > 0
   with open(os.path.join(sweep_dir, "results.md")) as f:
     cells = _table_cells(f.read())

@@ -14,11 +14,13 @@ its own folder, ``experiments/``).
 Every run is ``loop.run`` in this process, in ``<sweep_dir>/<algorithm>/<setting
 slug>/seed<k>/``. A run whose ``summary.json`` says it finished (with the same config) is
 skipped; a half-finished one resumes from its checkpoint, so rerunning a killed sweep
-continues it. After every run ``results.csv`` and ``results.md`` (rows methods, columns
-settings, mean +- std over seeds of the final mean test accuracy, best per column in bold;
-``fedjax_het.sweeps.tables``) are rewritten; ``sweep.json`` records the command, the sweep
-config and the environment for ``experiments/results_page.py``. Progress lines carry the
-sweep's ETA (``fedjax_het.sweeps.eta``).
+continues it; a finished one keeps only its last checkpoint step (``--keep_checkpoints``:
+a step of an N=100 run is about 1.7 GB). After every run ``results.csv`` and
+``results.md`` (rows methods, columns settings, mean +- std over seeds of the final mean
+test accuracy, best per column in bold; ``fedjax_het.sweeps.tables``) are rewritten;
+``sweep.json`` records the command, the sweep config and the environment for
+``experiments/results_page.py``. Progress lines carry the sweep's ETA
+(``fedjax_het.sweeps.eta``).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from fedjax_het.sweeps.plan import Run
 from fedjax_het.sweeps.plan import finished_summary
 from fedjax_het.sweeps.plan import plan
 from fedjax_het.sweeps.plan import slug
+from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import estimate
 from fedjax_het.training import experiment
 from fedjax_het.training import loop
@@ -181,7 +184,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
               log: Callable[[str], None] = print, command: str | None = None,
               seed_batch: int = 1, order: Callable[[Run], object] | None = None,
               deadline: float | None = None, estimate_first: bool = False,
-              configs_dir: str | None = None) -> list[dict]:
+              configs_dir: str | None = None, keep_checkpoints: str = "last") -> list[dict]:
   """Runs every unfinished run of the sweep and writes the results.
 
   Args:
@@ -198,12 +201,17 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
       which fit before the deadline, before starting (``print_plan``).
     configs_dir: the folder of the config files of algorithms given by name
       (``plan``); ``sweep.json`` records its git commit (else the current folder's).
+    keep_checkpoints: what a run keeps of its checkpoints once it has finished
+      (``checkpoint.prune``): 'last' (its final step), 'none' or 'all'. A run
+      interrupted or failed keeps them all, to resume.
 
   Returns:
     The ``results.csv`` rows of the finished and failed runs, in run order.
   """
   if not isinstance(seed_batch, int) or seed_batch < 1:
     raise ValueError(f"seed_batch={seed_batch!r} must be an integer >= 1")
+  if keep_checkpoints not in ckpt_lib.KEEP:
+    raise ValueError(f"keep_checkpoints={keep_checkpoints!r}; valid: {list(ckpt_lib.KEEP)}")
   # every config is validated before anything runs
   runs = plan(sweep, sweep_dir, configs_dir=configs_dir)
   os.makedirs(sweep_dir, exist_ok=True)
@@ -259,9 +267,12 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
         rows[i] = tables.result_row(run, sweep_dir, None, f"failed: {type(out).__name__}")
       else:
         rows[i] = tables.result_row(run, sweep_dir, out, "done")
+        freed = ckpt_lib.prune(os.path.join(run.workdir, "checkpoints"), keep_checkpoints)
         log(f"{tag} | done in {metrics_lib.format_s(took)}: final mean test acc "
-            f"{100 * out['final_mean_test_acc']:.2f}% | sweep ETA "
-            f"{metrics_lib.format_s(left)}")
+            f"{100 * out['final_mean_test_acc']:.2f}%"
+            + (f" | checkpoints pruned to {keep_checkpoints!r}: {freed / 2**20:.1f} MiB "
+               "freed" if freed else "")
+            + f" | sweep ETA {metrics_lib.format_s(left)}")
     tables.write_results(sweep_dir, [rows[i] for i in sorted(rows)], runs, sweep.seeds)
   rows = [rows[i] for i in sorted(rows)]
   tables.write_results(sweep_dir, rows, runs, sweep.seeds)
@@ -296,6 +307,9 @@ def cli(configs_dir: str | None = None) -> None:
   estimate_flag = flags.DEFINE_bool(
       "estimate", True, "Before starting, print each run's FLOPs and estimated time from "
       "a short calibration of the first run, and what fits the budget.")
+  keep_flag = flags.DEFINE_enum(
+      "keep_checkpoints", "last", list(ckpt_lib.KEEP), "What a finished run keeps of its "
+      "checkpoints: its final step ('last'), none or all (an N=100 step is about 1.7 GB).")
   cache_flag = flags.DEFINE_string(
       "compile_cache", "", "Persistent compilation cache: a directory, 'default' "
       "($FEDJAX_HET_CACHE or ~/.cache/fedjax_het/xla), 'off'; unset: <sweep_dir>/xla_cache "
@@ -319,7 +333,7 @@ def cli(configs_dir: str | None = None) -> None:
                        seed_batch=batch_flag.value, estimate_first=estimate_flag.value,
                        deadline=(time.time() + 60 * budget_flag.value
                                  if budget_flag.value > 0 else None),
-                       configs_dir=configs_dir)
+                       configs_dir=configs_dir, keep_checkpoints=keep_flag.value)
     except (ValueError, FileNotFoundError) as err:
       cli_lib.fail(err)
     failed = [r for r in rows if r["status"] != "done"]
