@@ -263,9 +263,14 @@ def test_bad_algorithm_references_are_named(ref, match):
 
 
 def test_main_says_where_a_module_must_be_importable_from(tmp_path):
+  # a PYTHONPATH holding the repository (``PYTHONPATH=. pytest``) would make
+  # ``examples`` importable and the run train instead
+  path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+          if p and not os.path.isdir(os.path.join(p, "examples"))]
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "main.py"),
                         f"--config={FEDPROX}", f"--workdir={tmp_path}"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))
   assert out.returncode == 2
   assert out.stderr.startswith("error: config.algorithm='examples.fedprox:SPEC': module "
                                "'examples.fedprox' cannot be imported")
