@@ -210,8 +210,7 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   """
   if not isinstance(seed_batch, int) or seed_batch < 1:
     raise ValueError(f"seed_batch={seed_batch!r} must be an integer >= 1")
-  if keep_checkpoints not in ckpt_lib.KEEP:
-    raise ValueError(f"keep_checkpoints={keep_checkpoints!r}; valid: {list(ckpt_lib.KEEP)}")
+  ckpt_lib.check_keep(keep_checkpoints, "keep_checkpoints")
   # every config is validated before anything runs
   runs = plan(sweep, sweep_dir, configs_dir=configs_dir)
   os.makedirs(sweep_dir, exist_ok=True)

@@ -131,6 +131,12 @@ class Checkpointer:
 KEEP = ("all", "last", "none")
 
 
+def check_keep(keep: str, name: str = "keep") -> None:
+  """Raises ValueError unless ``keep`` (the argument ``name``) is one of ``KEEP``."""
+  if keep not in KEEP:
+    raise ValueError(f"{name}={keep!r}; valid: {list(KEEP)}")
+
+
 def _size(path: str) -> int:
   return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
              for f in files)
@@ -146,8 +152,7 @@ def prune(directory: str, keep: str) -> int:
   Returns:
     the bytes removed.
   """
-  if keep not in KEEP:
-    raise ValueError(f"keep={keep!r}; valid: {list(KEEP)}")
+  check_keep(keep)
   if keep == "all" or not os.path.isdir(directory):
     return 0
   if keep == "none":
