@@ -117,7 +117,7 @@ def simulate(spec, overrides, workdir):
   """The simulator on one device with JAX's default keys, as the processes run."""
   c = flower.load_config(spec, overrides)
   c.runtime.num_devices = 1  # a deployment runs every client on one device
-  # threefry as in the processes, not conftest's 'rbg': rbg draws under vmap (the
+  # threefry as in the processes, not conftest's 'unsafe_rbg': its draws under vmap (the
   # simulator's init) differ from one key at a time
   previous = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", "threefry2x32")

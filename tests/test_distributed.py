@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 from conftest import SHARDED
@@ -52,7 +53,8 @@ def run_two_processes(config, workdir) -> list[str]:
   """
   port = free_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2",
-             JAX_DEFAULT_PRNG_IMPL="rbg", JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
+             JAX_DEFAULT_PRNG_IMPL=jax.config.jax_default_prng_impl,  # this process's
+             JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
   base = [sys.executable, MAIN, f"--config={os.path.join(ROOT, 'experiments', 'fedavg.py')}",
           f"--workdir={workdir}", f"--coordinator_address=127.0.0.1:{port}",
           "--num_processes=2", *config_flags(config)]

@@ -247,7 +247,7 @@ def deployed(tiny_config, tmp_path):
 
 @pytest.fixture
 def threefry():
-  """JAX's default keys: with conftest's 'rbg', draws under vmap (the simulator's init)
+  """JAX's default keys: with conftest's 'unsafe_rbg', draws under vmap (the simulator's init)
   differ from the same draws one key at a time (a ClientNode's)."""
   previous = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", "threefry2x32")

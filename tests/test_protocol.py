@@ -98,7 +98,7 @@ def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
 def vmap_invariant_prng():
   """Threefry keys, whose draws under ``vmap`` equal the same draws one key at a time.
 
-  conftest's 'rbg' lacks that property: with it neither a client's ``init_client`` nor
+  conftest's 'unsafe_rbg' lacks that property: with it neither a client's ``init_client`` nor
   the shuffles of a client trained alone would reproduce the simulator's batched ones.
   The non-partitionable threefry layout (JAX's default until 0.5) compiles twice as fast
   on CPU as the partitionable one and is vmap-invariant too.

@@ -1,4 +1,6 @@
 """Seeds on a replica axis (``loop.run_seeds``), evaluation inside the dispatch, deadlines."""
+import contextlib
+import functools
 import json
 import os
 import re
@@ -9,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import SHARDED
+from conftest import make_tiny_config
 
 from fedjax_het.data import federated
 from fedjax_het.sweeps import runner
@@ -38,14 +41,22 @@ def _assert_same_rows(a, b, tol=1e-5):
         np.testing.assert_allclose(ra[key], rb[key], atol=tol, err_msg=key)
 
 
-@pytest.fixture
-def threefry():
-  """The default PRNG (the suite uses 'rbg'): a longer shape's draws start with a shorter
-  one's, which is what makes padded replica tables train like the originals."""
+@contextlib.contextmanager
+def _threefry_keys():
   old = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", "threefry2x32")
-  yield
-  jax.config.update("jax_default_prng_impl", old)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_default_prng_impl", old)
+
+
+@pytest.fixture
+def threefry():
+  """The default PRNG (the suite uses 'unsafe_rbg'): a longer shape's draws start with a
+  shorter one's, which is what makes padded replica tables train like the originals."""
+  with _threefry_keys():
+    yield
 
 
 def test_pad_examples_keeps_entries_and_masks():
@@ -84,6 +95,20 @@ def _config(tiny_config, seed, **overrides):
       "data.augment": "flip_crop_erase", "checkpoint_every": 2, **overrides})
 
 
+SEEDS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def separate_runs(synthetic_npz, tmp_path_factory):
+  """``[(workdir, summary)]``: plain runs of ``_config``'s seeds 0 and 1 (threefry keys,
+  one device), made once for the tests that hold a batch of those seeds against them."""
+  root = tmp_path_factory.mktemp("separate")
+  make = functools.partial(make_tiny_config, synthetic_npz)
+  with _threefry_keys():
+    return [(root / f"sep{s}", loop.run(_config(make, s), str(root / f"sep{s}"),
+                                         log=lambda _: None)) for s in SEEDS]
+
+
 def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
   data = federated.FederatedData(
       x=np.arange(6.0).reshape(3, 2),  # shared (axis None)
@@ -101,33 +126,31 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
 
 # CPU's auto: a lax.map, on one device; vmap (an accelerator's auto) on the client axis
 # sharded over the 4 forced devices. Either batch is held against the same separate
-# runs: plain ones (auto, one device), which both parametrisations share (compiled once).
+# runs: plain ones (auto, one device), which both parametrisations share (run once: the
+# group keeps both on one pytest-xdist worker).
+@pytest.mark.xdist_group("replica_axis")
 @pytest.mark.parametrize("parallelism,devices", [("auto", {}), ("vmap", SHARDED)],
                          ids=["auto", "vmap"])
-def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, threefry,
-                                                     parallelism, devices):
-  seeds = (0, 1)
-  plain = [_config(tiny_config, s) for s in seeds]
-  configs = [_config(tiny_config, s, **devices) for s in seeds]
+def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, separate_runs,
+                                                     threefry, parallelism, devices):
+  configs = [_config(tiny_config, s, **devices) for s in SEEDS]
   for c in configs:
     c.runtime.client_parallelism = parallelism
   widths = {tuple(g.train_idx.shape[1] for g in experiment.prepare(c, place=False).data.groups)
             for c in configs}
   assert len(widths) > 1  # the seeds' tables have other widths: padding is exercised
-  separate = [loop.run(c, str(tmp_path / f"sep{s}"), log=lambda _: None)
-              for c, s in zip(plain, seeds)]
   lines = []
-  batched = loop.run_seeds(configs, [str(tmp_path / f"bat{s}") for s in seeds],
+  batched = loop.run_seeds(configs, [str(tmp_path / f"bat{s}") for s in SEEDS],
                            log=lines.append)
   assert "seeds 0, 1 on a replica axis" in lines[0]
   assert any(line.startswith("round 1/3 | mean test acc ") and "/" in line.split("|")[1]
              for line in lines)
-  for s, a, b in zip(seeds, separate, batched):
-    _assert_same_rows(_rows(tmp_path / f"sep{s}"), _rows(tmp_path / f"bat{s}"))
+  for s, (sep_dir, a), b in zip(SEEDS, separate_runs, batched):
+    _assert_same_rows(_rows(sep_dir), _rows(tmp_path / f"bat{s}"))
     np.testing.assert_allclose(a["per_client_test_acc"], b["per_client_test_acc"],
                                atol=1e-6)
     assert b["timing"]["replicas"] == 2 and b["config"]["seed"] == s
-    assert set(os.listdir(tmp_path / f"bat{s}")) == set(os.listdir(tmp_path / f"sep{s}"))
+    assert set(os.listdir(tmp_path / f"bat{s}")) == set(os.listdir(sep_dir))
 
 
 def test_a_seed_of_a_batch_resumes_alone(tiny_config, tmp_path):

@@ -1,6 +1,7 @@
 """The experiment loop end to end: outputs, no recompilation, resume, data errors."""
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -75,18 +76,29 @@ def test_round_compiles_once(tiny_config, algorithm, models):
   assert_server_holds_no_client_leaf(state)
 
 
-def test_resume_equals_uninterrupted_run(tiny_config, tmp_path):
+def test_resume_equals_uninterrupted_run(tiny_config, tmp_path, caplog):
   full = loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4}),
                   str(tmp_path / "full"), log=lambda s: None)
   part_dir = str(tmp_path / "part")
-  loop.run(tiny_config(models="tiny", overrides={"num_rounds": 2}), part_dir,
+  # the number of rounds is no part of the compiled dispatch (program.dispatch_rows: 3
+  # and 4 rounds size its buffers alike): the persistent cache serves the 4-round run's
+  caplog.set_level(logging.DEBUG, logger="jax._src.compiler")
+  loop.run(tiny_config(models="tiny", overrides={"num_rounds": 3}), part_dir,
            log=lambda s: None)
   logs = []
   resumed = loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4}), part_dir,
                      log=logs.append)
-  assert any("resumed from round 2" in line for line in logs)
+  assert any("resumed from round 3" in line for line in logs)
   assert _strip_wall(_rows(part_dir)) == _strip_wall(_rows(tmp_path / "full"))
   assert resumed["per_client_test_acc"] == full["per_client_test_acc"]
+  compiled = [r.getMessage() for r in caplog.records if "'jit_dispatch'" in r.getMessage()]
+  assert len(compiled) == 2, compiled  # the 3-round run's and the resumed run's
+  assert all(m.startswith("Persistent compilation cache hit") for m in compiled), compiled
+
+
+def test_dispatch_rows_is_the_next_power_of_two_up_to_max_dispatch():
+  assert [program.dispatch_rows(n) for n in (1, 2, 3, 4, 5, 100, 512, 513, 5000)] == [
+      1, 2, 4, 4, 8, 128, 512, program.MAX_DISPATCH, program.MAX_DISPATCH]
 
 
 def test_checkpoint_from_other_config_is_refused(tiny_config, tmp_path):

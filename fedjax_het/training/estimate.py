@@ -166,7 +166,7 @@ def calibrate(exps: experiment.Experiment | list[experiment.Experiment],
   exp = batch[0]
   cost = cost or run_cost(exp)
   init = program.compile_fns(exp).init
-  max_rounds = min(exp.config.num_rounds, program.MAX_DISPATCH)
+  max_rounds = program.dispatch_rows(exp.config.num_rounds)
   if len(batch) == 1:
     data, axes = exp.data, None
     state = init(jax.random.PRNGKey(exp.config.seed))

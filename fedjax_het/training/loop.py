@@ -22,9 +22,9 @@ from fedjax_het.training import metrics as metrics_lib
 from fedjax_het.training.experiment import Experiment
 from fedjax_het.training.experiment import describe
 from fedjax_het.training.experiment import prepare
-from fedjax_het.training.program import MAX_DISPATCH
 from fedjax_het.training.program import compile_dispatch
 from fedjax_het.training.program import compile_fns
+from fedjax_het.training.program import dispatch_rows
 from fedjax_het.training.program import map_replicas
 from fedjax_het.training.program import per_client_accuracy
 from fedjax_het.training.program import replica_data
@@ -304,7 +304,7 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
     os.makedirs(w, exist_ok=True)
   distributed.sync("fedjax_het:workdir_ready")
   fns = compile_fns(exp)
-  max_rounds = min(config.num_rounds, MAX_DISPATCH)
+  max_rounds = dispatch_rows(config.num_rounds)
   dispatch = compile_dispatch(exp, max_rounds, data_axes)
   runs, state = _open_runs(exps, workdirs, fns, primary=primary, log=log, batched=batched)
   r = runs[0].start

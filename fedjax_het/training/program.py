@@ -25,6 +25,17 @@ from fedjax_het.training.experiment import Experiment
 MAX_DISPATCH = 1000  # most rounds in one dispatch (sizes the per-round metric buffers)
 
 
+def dispatch_rows(num_rounds: int) -> int:
+  """``compile_dispatch``'s ``max_rounds`` for a run of ``num_rounds`` rounds.
+
+  The next power of two (at most ``MAX_DISPATCH``): the row buffers' size is part of the
+  program, so runs that differ only in their number of rounds (a run resumed for more
+  rounds, a shorter cut of a sweep) share one compiled program; the buffers hold a few
+  scalars per round.
+  """
+  return min(1 << max(num_rounds - 1, 0).bit_length(), MAX_DISPATCH)
+
+
 class Program(NamedTuple):
   """``compile_fns``' jitted functions of an experiment (fixed shardings).
 
@@ -114,12 +125,14 @@ def mean_accuracy(accuracies: tuple, layout) -> jax.Array:
 
 
 def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callable:
-  """Jitted ``(state, data, n) -> (state, rows, accuracies)`` running ``n <= max_rounds`` rounds.
+  """``(state, data, n) -> (state, rows, accuracies)``: ``n <= max_rounds`` rounds, compiled.
 
   ``n`` is a traced argument (a ``lax.while_loop``), so the run compiles once whatever
   the number of rounds per dispatch; round ``i`` of the dispatch writes row ``i`` of
-  every metric ``[max_rounds, ...]`` (rows from ``n`` on are zeros). After each round
-  that ``config.eval_every`` asks for (and the last), every client is evaluated on its own
+  every metric ``[max_rounds, ...]`` (rows from ``n`` on are zeros). ``config.eval_every``
+  and ``config.num_rounds`` are traced arguments too (passed by the returned function),
+  so configs that differ only in them compile one program (``dispatch_rows``). After
+  each round that ``config.eval_every`` asks for (and the last), every client is evaluated on its own
   test split with the server's latest shared parameters inside the program (the papers'
   protocol): rows ``evaluated`` (bool) and ``mean_test_acc`` (the mean over clients,
   reduced on the device) and the latest evaluation's per-group accuracies come back with
@@ -148,7 +161,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     return jax.tree.map(lambda a: jnp.zeros(lead + a.shape, a.dtype), tree)
 
   @functools.partial(jax.jit, donate_argnums=0, out_shardings=(shards, None, None))
-  def dispatch(state, data, n):
+  def dispatch(state, data, n, schedule):
+    eval_every, num_rounds = schedule[0], schedule[1]
     accuracies = zeros(jax.eval_shape(lambda: client_accuracies(evaluate(state, data))))
     metrics = jax.eval_shape(one_round, state, data)[1]
     rows = zeros(dict(metrics, evaluated=jax.ShapeDtypeStruct(state.round.shape, jnp.bool_),
@@ -159,7 +173,7 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
       i, state, rows, accuracies = carry
       state, metrics = one_round(state, data)
       r = state.round[0] if replicas else state.round
-      due = (r % config.eval_every == 0) | (r == config.num_rounds)
+      due = (r % eval_every == 0) | (r == num_rounds)
       accuracies = jax.lax.cond(due, lambda: client_accuracies(evaluate(state, data)),
                                 lambda: accuracies)
       metrics = dict(metrics, evaluated=jnp.broadcast_to(due, state.round.shape),
@@ -170,7 +184,12 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     _, state, rows, accuracies = jax.lax.while_loop(
         lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), state, rows, accuracies))
     return state, rows, accuracies
-  return dispatch
+
+  schedule = np.array([config.eval_every, config.num_rounds], np.int32)  # numpy: replicated
+
+  def dispatch_rounds(state, data, n):
+    return dispatch(state, data, n, schedule)
+  return dispatch_rounds
 
 
 def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
