@@ -132,12 +132,12 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
   every metric ``[max_rounds, ...]`` (rows from ``n`` on are zeros). ``config.eval_every``
   and ``config.num_rounds`` are traced arguments too (passed by the returned function),
   so configs that differ only in them compile one program (``dispatch_rows``). After
-  each round that ``config.eval_every`` asks for (and the last), every client is evaluated on its own
-  test split with the server's latest shared parameters inside the program (the papers'
-  protocol): rows ``evaluated`` (bool) and ``mean_test_acc`` (the mean over clients,
-  reduced on the device) and the latest evaluation's per-group accuracies come back with
-  the dispatch, so evaluating every round costs no host round trip. The state buffers
-  are donated.
+  each round that ``config.eval_every`` asks for (and the last), every client is
+  evaluated on its own test split with the server's latest shared parameters inside the
+  program (the papers' protocol): rows ``evaluated`` (bool) and ``mean_test_acc`` (the
+  mean over clients, reduced on the device) and the latest evaluation's per-group
+  accuracies come back with the dispatch, so evaluating every round costs no host round
+  trip. The state buffers are donated.
 
   Args:
     exp: the experiment (``config.eval_every``, ``config.num_rounds`` are read).
