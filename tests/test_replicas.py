@@ -1,5 +1,4 @@
 """Seeds on a replica axis (``loop.run_seeds``), evaluation inside the dispatch, deadlines."""
-import contextlib
 import functools
 import json
 import os
@@ -41,21 +40,11 @@ def _assert_same_rows(a, b, tol=1e-5):
         np.testing.assert_allclose(ra[key], rb[key], atol=tol, err_msg=key)
 
 
-@contextlib.contextmanager
-def _threefry_keys():
-  old = jax.config.jax_default_prng_impl
-  jax.config.update("jax_default_prng_impl", "threefry2x32")
-  try:
-    yield
-  finally:
-    jax.config.update("jax_default_prng_impl", old)
-
-
 @pytest.fixture
 def threefry():
   """The default PRNG (the suite uses 'unsafe_rbg'): a longer shape's draws start with a
   shorter one's, which is what makes padded replica tables train like the originals."""
-  with _threefry_keys():
+  with jax.default_prng_impl("threefry2x32"):
     yield
 
 
@@ -104,7 +93,7 @@ def separate_runs(synthetic_npz, tmp_path_factory):
   one device), made once for the tests that hold a batch of those seeds against them."""
   root = tmp_path_factory.mktemp("separate")
   make = functools.partial(make_tiny_config, synthetic_npz)
-  with _threefry_keys():
+  with jax.default_prng_impl("threefry2x32"):
     return [(root / f"sep{s}", loop.run(_config(make, s), str(root / f"sep{s}"),
                                          log=lambda _: None)) for s in SEEDS]
 
