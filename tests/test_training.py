@@ -1,4 +1,5 @@
 """The experiment loop end to end: outputs, no recompilation, resume, data errors."""
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -94,6 +95,27 @@ def test_resume_equals_uninterrupted_run(tiny_config, tmp_path, caplog):
   compiled = [r.getMessage() for r in caplog.records if "'jit_dispatch'" in r.getMessage()]
   assert len(compiled) == 2, compiled  # the 3-round run's and the resumed run's
   assert all(m.startswith("Persistent compilation cache hit") for m in compiled), compiled
+
+
+def test_compile_dispatch_traces_the_round_and_evaluate_once(tiny_config):
+  # the row buffers' shapes come from the loop body's trace (program.traced_once): two
+  # seeds of a tiny FedMRL on a replica axis traced their dispatch in 3.9 s, now 2.2 s
+  exp = experiment.prepare(tiny_config(models="tiny"))
+  traces = {"round": 0, "evaluate": 0}
+
+  def counted(name):
+    fn = getattr(exp.algorithm, name)
+
+    def traced(*args):
+      traces[name] += 1
+      return fn(*args)
+    return traced
+  alg = exp.algorithm._replace(round=counted("round"), evaluate=counted("evaluate"))
+  exp = dataclasses.replace(exp, algorithm=alg)
+  state = program.compile_fns(exp).init(jax.random.PRNGKey(0))
+  state, rows, _ = program.compile_dispatch(exp, 2)(state, exp.data, 2)
+  assert traces == {"round": 1, "evaluate": 1}
+  assert int(state.round) == 2 and np.asarray(rows["evaluated"]).tolist() == [True, True]
 
 
 def test_dispatch_rows_is_the_next_power_of_two_up_to_max_dispatch():

@@ -82,6 +82,15 @@ def replica_state(states: list[State], mesh) -> State:
                         state_shardings(states[0], mesh, True))
 
 
+def traced_once(fn: Callable) -> Callable:
+  """``fn`` whose traces are cached by jit and inlined where it is called.
+
+  ``jax.eval_shape`` of it and the programs that call it (with the same argument shapes)
+  share one trace; a program calling it compiles as if it called ``fn`` itself.
+  """
+  return jax.jit(fn, inline=True)
+
+
 def round_with_checks(alg: Algorithm) -> Callable:
   """``alg.round`` whose metrics also say which groups' parameters are finite."""
   def one_round(state, data):
@@ -156,6 +165,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     parallelism = exp.runtime.client_parallelism
     one_round = map_replicas(one_round, data_axes, parallelism)
     evaluate = map_replicas(evaluate, data_axes, parallelism)
+  # the row buffers' shapes and the loop body share one trace of each
+  one_round, evaluate = traced_once(one_round), traced_once(evaluate)
 
   def zeros(tree, lead=()):
     return jax.tree.map(lambda a: jnp.zeros(lead + a.shape, a.dtype), tree)
