@@ -90,7 +90,9 @@ SEEDS = (0, 1)
 @pytest.fixture(scope="module")
 def separate_runs(synthetic_npz, tmp_path_factory):
   """``[(workdir, summary)]``: plain runs of ``_config``'s seeds 0 and 1 (threefry keys,
-  one device), made once for the tests that hold a batch of those seeds against them."""
+  one device), made once for the tests that hold a batch of those seeds against them
+  and for the deadline test (seed 0 is its uninterrupted run). The tests that use it or
+  its program are one xdist group: one worker runs them, in this file's order."""
   root = tmp_path_factory.mktemp("separate")
   make = functools.partial(make_tiny_config, synthetic_npz)
   with jax.default_prng_impl("threefry2x32"):
@@ -115,8 +117,7 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
 
 # CPU's auto: a lax.map, on one device; vmap (an accelerator's auto) on the client axis
 # sharded over the 4 forced devices. Either batch is held against the same separate
-# runs: plain ones (auto, one device), which both parametrisations share (run once: the
-# group keeps both on one pytest-xdist worker).
+# runs: plain ones (auto, one device), which both parametrisations share.
 @pytest.mark.xdist_group("replica_axis")
 @pytest.mark.parametrize("parallelism,devices", [("auto", {}), ("vmap", SHARDED)],
                          ids=["auto", "vmap"])
@@ -142,25 +143,31 @@ def test_seeds_on_a_replica_axis_equal_separate_runs(tiny_config, tmp_path, sepa
     assert set(os.listdir(tmp_path / f"bat{s}")) == set(os.listdir(sep_dir))
 
 
-def test_a_seed_of_a_batch_resumes_alone(tiny_config, tmp_path):
-  configs = [_config(tiny_config, s, num_rounds=2) for s in (0, 1)]
-  loop.run_seeds(configs, [str(tmp_path / "s0"), str(tmp_path / "s1")], log=lambda _: None)
-  longer = _config(tiny_config, 1, num_rounds=3)  # num_rounds may change on resume
+# Its batch is the [auto] batch's program and its resumed seed the separate runs' (3 and 4
+# rounds size a dispatch alike: program.dispatch_rows); after them in the same worker, the
+# persistent compilation cache serves both.
+@pytest.mark.xdist_group("replica_axis")
+def test_a_seed_of_a_batch_resumes_alone(tiny_config, tmp_path, threefry):
+  configs = [_config(tiny_config, s) for s in SEEDS]
+  loop.run_seeds(configs, [str(tmp_path / f"s{s}") for s in SEEDS], log=lambda _: None)
+  longer = _config(tiny_config, 1, num_rounds=4)  # num_rounds may change on resume
   lines = []
   loop.run(longer, str(tmp_path / "s1"), log=lines.append)
-  assert lines[0].startswith(f"resumed from round 2 in {tmp_path / 's1'}")
-  assert [r["round"] for r in _rows(tmp_path / "s1")] == [1, 2, 3]
+  assert lines[0].startswith(f"resumed from round 3 in {tmp_path / 's1'}")
+  assert [r["round"] for r in _rows(tmp_path / "s1")] == [1, 2, 3, 4]
 
 
+@pytest.mark.xdist_group("replica_axis")  # the separate runs' program, as above
 def test_run_seeds_refuses_other_differences_and_unaligned_checkpoints(tiny_config,
-                                                                       tmp_path):
+                                                                       tmp_path, threefry):
   a, b = _config(tiny_config, 0), _config(tiny_config, 1, learning_rate=0.1)
   with pytest.raises(ValueError, match=r"differ only in `seed`.*learning_rate"):
     loop.run_seeds([a, b], [str(tmp_path / "a"), str(tmp_path / "b")])
   with pytest.raises(ValueError, match="workdirs must differ"):
     loop.run_seeds([a, a], [str(tmp_path / "a"), str(tmp_path / "a")])
-  one = _config(tiny_config, 1, num_rounds=1)
-  loop.run(one, str(tmp_path / "b"), log=lambda _: None)  # seed 1 is at round 1
+  with pytest.raises(loop.DeadlineReached):  # seed 1 is at round 1 (checkpointed)
+    loop.run(_config(tiny_config, 1), str(tmp_path / "b"), log=lambda _: None,
+             deadline=time.time())
   with pytest.raises(loop.SeedsNotAligned, match=r"different rounds \(\[0, 1\]\)"):
     loop.run_seeds([a, _config(tiny_config, 1)], [str(tmp_path / "a"), str(tmp_path / "b")])
 
@@ -190,16 +197,18 @@ def test_log_every_bounds_the_rounds_between_progress_lines(tiny_config, tmp_pat
       "round 1/4", "round 2/4", "round 3/4", "round 4/4"]
 
 
-def test_deadline_checkpoints_and_the_rerun_continues(tiny_config, tmp_path):
-  config = tiny_config("fedmrl", "tiny,tiny2", overrides={"num_rounds": 3,
-                                                         "checkpoint_every": 0})
-  full = loop.run(config, str(tmp_path / "full"), log=lambda _: None)
+# seed 0 of the separate runs is the uninterrupted run (checkpoints change no metric)
+@pytest.mark.xdist_group("replica_axis")
+def test_deadline_checkpoints_and_the_rerun_continues(tiny_config, tmp_path, separate_runs,
+                                                      threefry):
+  config = _config(tiny_config, 0, checkpoint_every=0)
+  full_dir, full = separate_runs[0]
   with pytest.raises(loop.DeadlineReached, match="after round 1 of 3") as err:
     loop.run(config, str(tmp_path / "part"), log=lambda _: None, deadline=time.time())
   assert err.value.round == 1
   assert os.listdir(tmp_path / "part" / "checkpoints") == ["1"]
   resumed = loop.run(config, str(tmp_path / "part"), log=lambda _: None)
-  _assert_same_rows(_rows(tmp_path / "full"), _rows(tmp_path / "part"), tol=0)
+  _assert_same_rows(_rows(full_dir), _rows(tmp_path / "part"), tol=0)
   assert resumed["per_client_test_acc"] == full["per_client_test_acc"]
 
 
