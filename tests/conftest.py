@@ -25,9 +25,13 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 _SESSION_DATA_CACHE = _session_dir("FEDJAX_HET_DATA_CACHE", "fedjax_het_data_cache_")
 # XLA:CPU compilation dominates the suite's time; without the backend's optimisation
 # passes it compiles ~30 % faster (tests/test_protocol.py -k "fedmrl or fedmoe": 44 s ->
-# 34 s on 2 cores) and the tiny programs run about as fast. Subprocesses inherit it.
+# 34 s on 2 cores) and the tiny programs run about as fast. XLA:CPU's classic elemental
+# emitters compile faster again than its MLIR fusion emitters: tests/test_fedmrl.py -n 0
+# 44-45 s -> 27-33 s, test_replicas.py 191 s -> 158 s, the suite (-n 2) 1477 s -> 1309 s
+# on one 2-core machine. Subprocesses inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
-                      "--xla_llvm_disable_expensive_passes=true")
+                      "--xla_llvm_disable_expensive_passes=true "
+                      "--xla_cpu_use_fusion_emitters=false")
 
 import jax  # noqa: E402
 
