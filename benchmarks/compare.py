@@ -274,7 +274,7 @@ class PerClientLoop:
     rt, dev = exp.runtime, jax.devices()[0]
     self.rt, self.per_step = rt, per_step
     self.rng = np.random.default_rng(seed)
-    state = jax.jit(exp.algorithm.init)(jax.random.PRNGKey(seed))
+    state = program.jit_init(exp.algorithm.init)(jax.random.PRNGKey(seed))
     put = lambda t: jax.device_put(jax.device_get(t), dev)
     self.server = put(state.server)
     self.x, self.y = put(exp.data.x), put(exp.data.y)

@@ -47,6 +47,7 @@ from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.data.sources import parse_floats
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import experiment
+from fedjax_het.training import program
 from fedjax_het.training import runfiles
 
 PyTree = Any
@@ -491,7 +492,7 @@ class ClientNode:
   def _initial(self):
     key = jax.random.PRNGKey(self.fed.config.seed)
     padded = self.fed.runtime.layout.padded_sizes[self.group]
-    state = jax.jit(functools.partial(self.fed.protocol.init_client, self.group))(
+    state = program.jit_init(functools.partial(self.fed.protocol.init_client, self.group))(
         base.client_init_keys(key, self.group, padded)[self.position])
     # placed as a restored state is (``on_device``), so the local round compiles to the
     # same program either way (one entry in a persistent compilation cache)
@@ -564,7 +565,8 @@ class ServerNode:
                      jax.eval_shape(lambda: rng), (), abstract_server(fed))
     restored = self.ckpt.restore_latest(on_device(abstract))
     if restored is None:
-      self.state = State(jnp.zeros((), jnp.int32), rng, (), jax.jit(proto.init_server)(rng))
+      theta = program.jit_init(proto.init_server)(rng)
+      self.state = State(jnp.zeros((), jnp.int32), rng, (), theta)
       self.meta = {}
     else:
       self.state, self.meta = restored
