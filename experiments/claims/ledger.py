@@ -241,6 +241,20 @@ BASELINES = [
     for name, setting in SWITCHES
 ]
 
-CLAIMS = HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
+# FedProto's inference at the cut: P1, P2, P6 and M5 hold FedMoE and FedMRL against it
+FEDPROTO_INFERENCE = [
+    Claim("FedProto: own header vs nearest prototype, 2/10", "pFedMoE Table 3, CIFAR-10 "
+          "N=100 C=10%: FedProto 92.49, above Standalone's 91.97, predicting (as its paper "
+          "and HtFLlib) by the nearest global prototype: there as good as a client's own "
+          "header (no difference expected)", None,
+          f"{N100}, 2/10 classes: the same FedProto training, predicting with the client's "
+          "own header against the nearest global prototype (P1's runs)",
+          n100("fedproto_inference", "fedproto", "header inference, 2 classes"),
+          n100("p1_classes", "fedproto", "2 classes"), (T,),
+          (sweep_file("fedproto_inference"), sweep_file("p1_classes")), direction=0),
+]
+
+CLAIMS = (HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
+          + FEDPROTO_INFERENCE)
 
 NOT_TESTED = []
