@@ -1,20 +1,15 @@
 r"""FedProto at the ledger's cut: its clients' own header against the nearest prototype.
 
-The FedProto paper and HtFLlib's ``clientproto`` predict the class of the nearest global
-prototype (``algo.inference='prototype'``, our default); pFedMoE's Table 3 reports
-FedProto at 92.49 on CIFAR-10 at N = 100, C = 10%, above Standalone's 91.97, so its
-prototypes classify a client's own classes well there. At the ledger's cut (T = 100 of
-the papers' 500 rounds, 100 examples per client, so a client trains on about 10 visits)
-FedProto's P1 runs stay near chance over 10 classes with the nearest prototype; this
-sweep runs the same FedProto at 2/10 classes predicting with the client's own header
-(``algo.inference='header'``; training is the same, the local loss does not depend on
-the inference), and the ledger pairs it by seed with P1's 2/10 FedProto runs
-(``p1_classes.py``). The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
+FedProto's P1 runs predict by the nearest global prototype (its paper, HtFLlib; our
+default) and stay near chance over 10 classes at the ledger's cut; pFedMoE's Table 3 has
+FedProto at 92.49 (N = 100, C = 10%). The same FedProto at 2/10 predicting with the
+client's own header (``algo.inference='header'``; the training is the same), paired by
+seed with P1's 2/10 runs. The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/fedproto_inference.py \
       --sweep_dir=results/claims/fedproto_inference --seed_batch=3 --budget_min=60
 
-Cost: 3 runs, about 20 minutes each on the 2-core CPU (P1's FedProto runs).
+Cost: 3 runs, 8m24s-8m46s each on the quiet 2-core CPU.
 """
 import os
 

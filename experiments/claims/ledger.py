@@ -252,6 +252,12 @@ FEDPROTO_INFERENCE = [
           n100("fedproto_inference", "fedproto", "header inference, 2 classes"),
           n100("p1_classes", "fedproto", "2 classes"), (T,),
           (sweep_file("fedproto_inference"), sweep_file("p1_classes")), direction=0),
+    Claim("P1 2/10, FedProto's own header", "pFedMoE Fig. 7: FedMoE above FedProto as "
+          "classes per client rise (N=100, C=10%)", None,
+          f"{N100}, 2/10 classes, FedProto predicting with the client's own header",
+          n100("p1_classes", "fedmoe", "2 classes"),
+          n100("fedproto_inference", "fedproto", "header inference, 2 classes"), (T,),
+          (sweep_file("p1_classes"), sweep_file("fedproto_inference"))),
 ]
 
 CLAIMS = (HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
