@@ -48,9 +48,9 @@ def init_compiler_options(platform: str, xla_flags: str | None = None) -> dict |
   An init draws every parameter of every client once: a program of many small threefry
   loops whose LLVM optimisation costs most of its compile and buys nothing (it runs
   once). On CPU it compiles at backend optimization level 1 instead of XLA's default:
-  the ledger's FedMoE init (N = 100, CNN-1..5) 35 s -> 12 s, a tiny FedMRL's 29 s -> 7 s
-  on a 2-core machine, with the same bits (measured on every leaf of both, and of a
-  FedProto init). A level that ``XLA_FLAGS`` already sets at or below it is kept (the
+  the claims ledger's FedMoE init (N = 100, CNN-1..5) 32.8 s -> 11.2 s, FedMRL ``:cpu``'s
+  29.4 s -> 15.3 s on a 2-core machine, with the same bits in every leaf
+  (``benchmarks/init_compile.py``, docs/performance.md). A level that ``XLA_FLAGS`` already sets at or below it is kept (the
   test suite compiles everything at 0). Other platforms keep XLA's defaults (not yet
   measured there).
 
