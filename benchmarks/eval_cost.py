@@ -27,6 +27,14 @@ def parse_value(text: str):
     return text
 
 
+def apply_sets(config, items) -> None:
+  """Applies ``--set KEY=VALUE`` items to ``config`` (ValueError on an unknown key)."""
+  for item in items:
+    key, _, value = item.partition("=")
+    cli_lib.check_key(config, key)
+    config_lib.override(config, {key: parse_value(value)})
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -37,10 +45,7 @@ def main(argv=None):
   cli_lib.quiet([""])
   try:
     config = config_files.load_config_file(args.config)
-    for item in args.set:
-      key, _, value = item.partition("=")
-      cli_lib.check_key(config, key)
-      config_lib.override(config, {key: parse_value(value)})
+    apply_sets(config, args.set)
     validation.validate(config)
     cost = estimate.evaluation_cost(config)
   except (ValueError, FileNotFoundError) as err:

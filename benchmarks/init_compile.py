@@ -15,10 +15,9 @@ import time
 
 import jax
 import numpy as np
-from eval_cost import parse_value  # benchmarks/: the script's directory
+from eval_cost import apply_sets  # benchmarks/: the script's directory
 
 from fedjax_het import cli as cli_lib
-from fedjax_het import config as config_lib
 from fedjax_het import config_files
 from fedjax_het import validation
 from fedjax_het.sweeps import plan as plan_lib
@@ -37,10 +36,7 @@ def load(args):
     config = runs[0].config
   else:
     config = config_files.load_config_file(args.config)
-  for item in args.set:
-    key, _, value = item.partition("=")
-    cli_lib.check_key(config, key)
-    config_lib.override(config, {key: parse_value(value)})
+  apply_sets(config, args.set)
   validation.validate(config)
   return config
 
