@@ -242,22 +242,29 @@ BASELINES = [
 ]
 
 # FedProto's inference at the cut: P1, P2, P6 and M5 hold FedMoE and FedMRL against it
+FEDPROTO_HEADER = "fedproto_inference", "fedproto"
 FEDPROTO_INFERENCE = [
-    Claim("FedProto: own header vs nearest prototype, 2/10", "pFedMoE Table 3, CIFAR-10 "
-          "N=100 C=10%: FedProto 92.49, above Standalone's 91.97, predicting (as its paper "
-          "and HtFLlib) by the nearest global prototype: there as good as a client's own "
-          "header (no difference expected)", None,
-          f"{N100}, 2/10 classes: the same FedProto training, predicting with the client's "
-          "own header against the nearest global prototype (P1's runs)",
-          n100("fedproto_inference", "fedproto", "header inference, 2 classes"),
-          n100("p1_classes", "fedproto", "2 classes"), (T,),
-          (sweep_file("fedproto_inference"), sweep_file("p1_classes")), direction=0),
-    Claim("P1 2/10, FedProto's own header", "pFedMoE Fig. 7: FedMoE above FedProto as "
-          "classes per client rise (N=100, C=10%)", None,
-          f"{N100}, 2/10 classes, FedProto predicting with the client's own header",
-          n100("p1_classes", "fedmoe", "2 classes"),
-          n100("fedproto_inference", "fedproto", "header inference, 2 classes"), (T,),
-          (sweep_file("p1_classes"), sweep_file("fedproto_inference"))),
+    Claim(f"FedProto: own header vs nearest prototype, {k}/10", "pFedMoE Table 3, "
+          "CIFAR-10 N=100 C=10%: FedProto 92.49, above Standalone's 91.97, predicting (as "
+          "its paper and HtFLlib) by the nearest global prototype: there as good as a "
+          "client's own header (no difference expected)", None,
+          f"{N100}, {k}/10 classes: the same FedProto training, predicting with the "
+          "client's own header against the nearest global prototype (P1's runs)",
+          n100(*FEDPROTO_HEADER, f"header inference, {k} classes"),
+          n100("p1_classes", "fedproto", f"{k} classes"), (T,),
+          (sweep_file("fedproto_inference"), sweep_file("p1_classes")), direction=0)
+    for k in (2, 4, 6, 8, 10)
+] + [
+    Claim(f"{claim} {k}/10, FedProto's own header", paper, None,
+          f"{N100}, {k}/10 classes, FedProto predicting with the client's own header",
+          n100("p1_classes", method, f"{k} classes"),
+          n100(*FEDPROTO_HEADER, f"header inference, {k} classes"), (T,),
+          (sweep_file("p1_classes"), sweep_file("fedproto_inference")))
+    for claim, method, paper in (
+        ("P1", "fedmoe", "pFedMoE Fig. 7: FedMoE above FedProto as classes per client "
+         "rise (N=100, C=10%)"),
+        ("M5", "fedmrl", "FedMRL Sec. 5.3.1: above FedProto across class counts"))
+    for k in (2, 4, 6, 8, 10)
 ]
 
 CLAIMS = (HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
