@@ -28,10 +28,15 @@ _SESSION_DATA_CACHE = _session_dir("FEDJAX_HET_DATA_CACHE", "fedjax_het_data_cac
 # 34 s on 2 cores) and the tiny programs run about as fast. XLA:CPU's classic elemental
 # emitters compile faster again than its MLIR fusion emitters: tests/test_fedmrl.py -n 0
 # 44-45 s -> 27-33 s, test_replicas.py 191 s -> 158 s, the suite (-n 2) 1477 s -> 1309 s
-# on one 2-core machine. Subprocesses inherit it.
+# on one 2-core machine. Two workers share the 2 cores, so each process runs Eigen and
+# XLA's code generation on one thread: two concurrent pytest processes (as -n 2) took
+# 79 s instead of 84 (test_baselines_mutual with test_moss), 301 s instead of 328
+# (test_replicas' replica tests with test_protocol). Subprocesses inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
                       "--xla_llvm_disable_expensive_passes=true "
-                      "--xla_cpu_use_fusion_emitters=false")
+                      "--xla_cpu_use_fusion_emitters=false "
+                      "--xla_cpu_multi_thread_eigen=false "
+                      "--xla_cpu_parallel_codegen_split_count=1")
 
 import jax  # noqa: E402
 
