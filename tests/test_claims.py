@@ -47,13 +47,13 @@ def test_a_round_depends_on_the_total_rounds_only_where_said(tiny_config, name):
 def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path):
   """Every config of every claims sweep validates, on CIFAR-10 and by ``:cifar100``;
   all keep their cut (N=100, C=10%, or paper_cpu's N=10, C=100% for the headline and
-  the baselines' switches) and hold the same public set out."""
+  the baselines' switches and Moss's ablations there) and hold the same public set out."""
   sweep = load_config_file(os.path.join(CLAIMS, sweep_file), dataset or None)
   runs = plan_lib.plan(sweep, str(tmp_path), configs_dir=EXPERIMENTS)
   assert runs
   for run in runs:
     c = run.config
-    cut = (10, 1.0) if sweep_file in ("table.py", "baselines.py") else (100, 0.1)
+    cut = (10, 1.0) if sweep_file in ("table.py", "baselines.py", "moss_cell.py") else (100, 0.1)
     assert (c.num_clients, c.participation, c.data.public) == (*cut, 200)
     assert c.data.name == (dataset or "cifar10")
     if c.partition.kind == "pathological":

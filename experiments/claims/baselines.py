@@ -13,8 +13,10 @@ import os
 
 from fedjax_het import config_files
 
-paper_cpu = config_files.load_module(os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_cpu.py"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+paper_cpu = config_files.load_module(
+    os.path.join(os.path.dirname(HERE), "sweeps", "paper_cpu.py"))
+protocol = config_files.load_module(os.path.join(HERE, "protocol.py"))
 SWITCHES = {"evaluate shared": {"algo.evaluate": "shared"},
             "KL mean": {"algo.kl_reduction": "mean"}}
 
@@ -22,10 +24,7 @@ SWITCHES = {"evaluate shared": {"algo.evaluate": "shared"},
 def get_config(arg=None):
   c = paper_cpu.get_config()
   (_, values), = c.settings.items()
-  if arg == "cifar100":
-    values = {**values, "data.name": "cifar100", "partition.classes_per_client": 10}
-  elif arg:
-    raise ValueError(f"unknown claims dataset {arg!r}; valid: ['cifar10', 'cifar100']")
+  values = protocol.on_dataset(values, arg)
   c.algorithms = ["fedkd", "fml"]
   c.settings = type(c.settings)({k: {**values, **v} for k, v in SWITCHES.items()},
                                 allow_dotted_keys=True, sort_keys=False)

@@ -178,6 +178,15 @@ NON_IID = [
     for g in (0.1, 0.2, 0.3, 0.4, 0.5)
 ]
 
+def moss(where: str, setting: str) -> Group:
+  """Moss as built (``'FILE + WIRE'``) or one of its ablations, at N=100 or in the N=10
+  cell (where Moss as built is paper_cpu's run and moss_cell.py runs the ablations)."""
+  if where == "N=100":
+    return n100("moss_ablations", "moss", setting)
+  return cell("moss") if setting == "FILE + WIRE" else Group("claims/moss_cell", "moss",
+                                                             setting)
+
+
 ABLATIONS = [
     Claim(f"P3 gating lr={lr}", "pFedMoE Fig. 8 right: accuracy insensitive to the "
           "gating network's learning rate (no difference claimed)", None,
@@ -198,9 +207,8 @@ ABLATIONS = [
           (sweep_file("m2_m3_fedmrl"),))
     for d in (100, 500)
 ] + [
-    Claim(f"S{i} {name}", paper, None, f"{N100}, {what}",
-          n100("moss_ablations", "moss", a), n100("moss_ablations", "moss", b), (T,),
-          (sweep_file("moss_ablations"),), direction=direction)
+    Claim(f"S{i} {name}, {where}", paper, None, f"{ran}, {what}", moss(where, a),
+          moss(where, b), (rounds,), sweeps, direction=direction)
     for i, name, paper, what, a, b, direction in (
         (1, "FILE vs uniform", "Moss Sec. 4.8.3: fidelity-weighted aggregation above "
          "plain averaging of proxies", "FILE against uniform", "FILE + WIRE", "uniform", 1),
@@ -213,6 +221,10 @@ ABLATIONS = [
          "domain still works (no difference claimed)", "200 synthetic images (smooth "
          "random colour fields) against 200 held-out CIFAR images", "synthetic public",
          "FILE + WIRE", 0))
+    for where, ran, rounds, sweeps in (
+        (f"T={T_CELL}", CUT, T_CELL, ("experiments/sweeps/paper_cpu.py",
+                                      sweep_file("moss_cell"))),
+        ("N=100", N100, T, (sweep_file("moss_ablations"),)))
 ]
 
 FEDKD_PAPER = ("pFedMoE Table 3, CIFAR-10 N=10 C=100%: FedKD 80.20, Standalone 96.53",

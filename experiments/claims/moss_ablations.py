@@ -17,11 +17,12 @@ protocol = config_files.load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
 
 
+# each against Moss as built (FILE + WIRE, 200 held-out CIFAR images as the public set)
+ABLATIONS = {"uniform": {"algo.aggregation": "uniform"},
+             "naive mapping": {"algo.mapping": "naive"},
+             "public 25%": {"algo.public_size": 50},
+             "synthetic public": {"algo.public_domain": "synthetic"}}
+
+
 def get_config(arg=None):
-  return protocol.sweep(
-      ["moss"],
-      {"FILE + WIRE": {}, "uniform": {"algo.aggregation": "uniform"},
-       "naive mapping": {"algo.mapping": "naive"},
-       "public 25%": {"algo.public_size": 50},
-       "synthetic public": {"algo.public_domain": "synthetic"}},
-      arg=arg)
+  return protocol.sweep(["moss"], {"FILE + WIRE": {}, **ABLATIONS}, arg=arg)
