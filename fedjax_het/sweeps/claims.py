@@ -391,14 +391,24 @@ def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
 # ----------------------------------------------------------------------------- the page
 
 
+def figure_title(claim: Claim) -> str:
+  """The figure's title: the claim, then what is subtracted from what (a method's two
+  settings when both sides are one method, e.g. an ablation)."""
+  a, b = claim.a, claim.b
+  if claim.test in ("gates", "fidelity"):
+    return f"{claim.id}: {a.method}"
+  if a.method == b.method:
+    return f"{claim.id}: {a.method}\n{a.setting} minus {b.setting}"
+  return f"{claim.id}: {a.method} minus {b.method}\n{a.setting}"
+
+
 def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   """The claim's figure (difference by round, or per-client differences), or None."""
   from fedjax_het.sweeps import plots  # noqa: PLC0415 - matplotlib only for the page
   from fedjax_het.sweeps.plan import slug  # noqa: PLC0415
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, f"{slug(claim.id)}.png")
-  title = (f"{claim.id}: {claim.a.method}" if claim.test in ("gates", "fidelity")
-           else f"{claim.id}: {claim.a.method} minus {claim.b.method}")
+  title = figure_title(claim)
   if claim.test == "fidelity":
     found = group_runs(runs_by_sweep, claim.a)
     if not found:
@@ -429,7 +439,7 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
   c = round_comparison(claim, runs_by_sweep)
   if c is None:
     return None
-  return plots.plot_paired_rounds([c], f"{title}\n{claim.a.setting}", path,
+  return plots.plot_paired_rounds([c], title, path,
                                   marks=[t for t in claim.rounds if t <= c.rounds[-1]])
 
 
