@@ -165,15 +165,17 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
     assert os.path.exists(os.path.join(os.path.dirname(page), link)), link
 
 
-def test_a_figure_title_says_what_is_subtracted_from_what():
+def test_a_figure_says_what_is_subtracted_from_what():
   from fedjax_het.sweeps import claims
   built, naive = (claims.Group("s", "moss", s) for s in ("as built", "naive mapping"))
   ablation = claims.Claim("S2", "WIRE above naive", None, "the cut", built, naive, (20,), ())
   assert claims.figure_title(ablation) == "S2: moss\nas built minus naive mapping"
+  assert claims.side_labels(ablation) == ("moss, as built", "moss, naive mapping")
   pair = claims.Claim("P1", "above FedProto", None, "the cut",
                       claims.Group("s", "fedmoe", "2 classes"),
                       claims.Group("s", "fedproto", "2 classes"), (20,), ())
   assert claims.figure_title(pair) == "P1: fedmoe minus fedproto\n2 classes"
+  assert claims.side_labels(pair) == ("fedmoe", "fedproto")
 
 
 def test_every_ledger_group_names_a_planned_cell(tmp_path):

@@ -391,6 +391,15 @@ def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
 # ----------------------------------------------------------------------------- the page
 
 
+def side_labels(claim: Claim) -> tuple[str, str]:
+  """What a figure's legend calls A and B: their methods, with their settings when both
+  sides are one method (an ablation)."""
+  a, b = claim.a, claim.b
+  if a.method == b.method:
+    return f"{a.method}, {a.setting}", f"{b.method}, {b.setting}"
+  return a.method, b.method
+
+
 def figure_title(claim: Claim) -> str:
   """The figure's title: the claim, then what is subtracted from what (a method's two
   settings when both sides are one method, e.g. an ablation)."""
@@ -428,7 +437,7 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
     a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
     if not a or not b:
       return None
-    curves = {claim.a.method: plots.mean_curve(a), claim.b.method: plots.mean_curve(b)}
+    curves = dict(zip(side_labels(claim), (plots.mean_curve(a), plots.mean_curve(b))))
     return plots.plot_accuracy(curves, claim.a.setting, path, target=claim.target)
   if claim.test == "clients":
     a, b = group_runs(runs_by_sweep, claim.a), group_runs(runs_by_sweep, claim.b)
