@@ -7,8 +7,7 @@ mapping, 50 of the 200 public examples, a synthetic public set) in the headline 
   python experiments/sweep.py --sweep=experiments/claims/moss_cell.py \
       --sweep_dir=results/claims/moss_cell --seed_batch=3 --budget_min=60
 
-Cost: 12 runs; Moss's paper_cpu runs took 4m47s (one seed) to 8m51s (two on a replica
-axis) on the 2-core CPU.
+Cost: 12 runs, 1h28m on the 2-core CPU (a naive-mapping run 4m20s, the others 7-10 min).
 """
 import os
 
