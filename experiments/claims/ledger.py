@@ -181,6 +181,8 @@ NON_IID = [
 # every seed of Moss as built and of its uniform ablation reaches it by round 10 in the
 # N=10 cell (Moss's own deployed models stay near 60-70% at T=20; the cell's TARGET is 85%)
 MOSS_TARGET = 0.55
+# the N=10 cell's Moss rows: Moss as built from paper_cpu, its ablations from moss_cell
+MOSS_CELL_SWEEPS = ("experiments/sweeps/paper_cpu.py", sweep_file("moss_cell"))
 
 
 def moss(where: str, setting: str) -> Group:
@@ -227,15 +229,14 @@ ABLATIONS = [
          "random colour fields) against 200 held-out CIFAR images", "synthetic public",
          "FILE + WIRE", 0))
     for where, ran, rounds, sweeps in (
-        (f"T={T_CELL}", CUT, T_CELL, ("experiments/sweeps/paper_cpu.py",
-                                      sweep_file("moss_cell"))),
+        (f"T={T_CELL}", CUT, T_CELL, MOSS_CELL_SWEEPS),
         ("N=100", N100, T, (sweep_file("moss_ablations"),)))
 ] + [
     Claim(f"S1 rounds to target, T={T_CELL}", "Moss Sec. 4.8.3: without FILE (plain "
           "averaging of the proxies) convergence takes longer", None,
           f"{CUT}, FILE against uniform, target {100 * MOSS_TARGET:.0f}% mean test accuracy",
           moss(f"T={T_CELL}", "FILE + WIRE"), moss(f"T={T_CELL}", "uniform"), (T_CELL,),
-          ("experiments/sweeps/paper_cpu.py", sweep_file("moss_cell")), test="target",
+          MOSS_CELL_SWEEPS, test="target",
           target=MOSS_TARGET, measure="rounds")
 ]
 
