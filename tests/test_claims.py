@@ -7,6 +7,7 @@ import pytest
 
 from fedjax_het import config as config_lib
 from fedjax_het.algorithms import SPECS
+from fedjax_het.config_files import flatten
 from fedjax_het.config_files import load_config_file
 from fedjax_het.config_files import load_module
 from fedjax_het.sweeps import plan as plan_lib
@@ -60,6 +61,26 @@ def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path
       assert c.partition.classes_per_client >= (10 if dataset else 2)
   with pytest.raises(ValueError, match="unknown claims dataset 'mnist'"):
     load_config_file(os.path.join(CLAIMS, sweep_file), "mnist")
+
+
+@pytest.mark.parametrize("sweep_file", ["baselines.py", "moss_cell.py", "table.py"])
+def test_a_cell_sweep_changes_paper_cpus_runs_only_by_its_variant(sweep_file, tmp_path):
+  """The N=10 cell's claims pair their runs with paper_cpu's (moss_cell copies three):
+  a run's config is paper_cpu's run of its method and seed but for its setting's own
+  overrides (``protocol.cell_sweep``'s variants), and for T in table.py."""
+  cpu_sweep = load_config_file(os.path.join(EXPERIMENTS, "sweeps", "paper_cpu.py"))
+  cpu = {r.algorithm: r.config for r in plan_lib.plan(cpu_sweep, str(tmp_path / "cpu"),
+                                                      configs_dir=EXPERIMENTS)
+         if r.seed == 0}
+  (cell_values,) = cpu_sweep.settings.values()
+  sweep = load_config_file(os.path.join(CLAIMS, sweep_file))
+  for run in plan_lib.plan(sweep, str(tmp_path / "claims"), configs_dir=EXPERIMENTS):
+    ours = flatten(run.config.to_dict())
+    theirs = {**flatten(cpu[run.algorithm].to_dict()), "seed": run.seed}
+    changed = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    variant = set(sweep.settings[run.setting].keys()) - set(cell_values.keys())
+    assert changed == variant | ({"num_rounds"} if sweep_file == "table.py" else set()), (
+        run.setting, changed)
 
 
 def test_cifar100_claims_cell_runs_on_synthetic_arrays(tmp_path):

@@ -13,22 +13,13 @@ import os
 
 from fedjax_het import config_files
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-paper_cpu = config_files.load_module(
-    os.path.join(os.path.dirname(HERE), "sweeps", "paper_cpu.py"))
-protocol = config_files.load_module(os.path.join(HERE, "protocol.py"))
+protocol = config_files.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
 SWITCHES = {"evaluate shared": {"algo.evaluate": "shared"},
             "KL mean": {"algo.kl_reduction": "mean"}}
 
 
 def get_config(arg=None):
-  c = paper_cpu.get_config()
-  (_, values), = c.settings.items()
-  values = protocol.on_dataset(values, arg)
-  c.algorithms = ["fedkd", "fml"]
-  c.settings = type(c.settings)({k: {**values, **v} for k, v in SWITCHES.items()},
-                                allow_dotted_keys=True, sort_keys=False)
-  c.base_overrides["data.public"] = 200  # paper_cpu's cell holds Moss's 200 out for all
-  c.algorithm_overrides = type(c.algorithm_overrides)(
-      {"fedkd": c.algorithm_overrides["fedkd"]}, allow_dotted_keys=True)
-  return c
+  # paper_cpu's plan holds Moss's 200 public examples out of every method's partition
+  return protocol.cell_sweep(["fedkd", "fml"], SWITCHES, arg=arg,
+                             base_overrides={"data.public": 200})

@@ -181,17 +181,16 @@ NON_IID = [
 # every seed of Moss as built and of its uniform ablation reaches it by round 10 in the
 # N=10 cell (Moss's own deployed models stay near 60-70% at T=20; the cell's TARGET is 85%)
 MOSS_TARGET = 0.55
-# the N=10 cell's Moss rows: Moss as built from paper_cpu, its ablations from moss_cell
-MOSS_CELL_SWEEPS = ("experiments/sweeps/paper_cpu.py", sweep_file("moss_cell"))
+# the N=10 cell's Moss rows (Moss as built and its ablations, 5 seeds)
+MOSS_CELL_SWEEPS = (sweep_file("moss_cell"),)
 
 
 def moss(where: str, setting: str) -> Group:
-  """Moss as built (``'FILE + WIRE'``) or one of its ablations, at N=100 or in the N=10
-  cell (where Moss as built is paper_cpu's run and moss_cell.py runs the ablations)."""
+  """Moss as built (``'FILE + WIRE'``) or one of its ablations, at N=100
+  (moss_ablations.py) or in the N=10 cell (moss_cell.py)."""
   if where == "N=100":
     return n100("moss_ablations", "moss", setting)
-  return cell("moss") if setting == "FILE + WIRE" else Group("claims/moss_cell", "moss",
-                                                             setting)
+  return Group("claims/moss_cell", "moss", setting)
 
 
 ABLATIONS = [

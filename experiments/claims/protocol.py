@@ -29,8 +29,9 @@ import ml_collections
 
 from fedjax_het import config_files
 
-paper_table = config_files.load_module(os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_table.py"))
+SWEEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps")
+paper_table = config_files.load_module(os.path.join(SWEEPS, "paper_table.py"))
+paper_cpu = config_files.load_module(os.path.join(SWEEPS, "paper_cpu.py"))
 
 ROUNDS = 100  # the ledger's budget T for the N=100 rows
 
@@ -87,4 +88,31 @@ def sweep(algorithms, settings: dict, *, arg: str | None = None, rounds: int = R
   for k, v in (algorithm_overrides or {}).items():
     per_algorithm[k] = {**per_algorithm.get(k, {}), **v}
   c.algorithm_overrides = ml_collections.ConfigDict(per_algorithm, allow_dotted_keys=True)
+  return c
+
+
+def cell_sweep(algorithms, variants: dict, *, arg: str | None = None,
+               seeds=None, base_overrides: dict | None = None) -> ml_collections.ConfigDict:
+  """``paper_cpu.py``'s N = 10, C = 100% cell (T = 20, same partitions) in variants.
+
+  Args:
+    algorithms: the rows; only their ``paper_cpu`` algorithm overrides are kept.
+    variants: the columns, ``{name: dotted overrides}`` on top of the cell's setting.
+    arg: the dataset (``on_dataset``).
+    seeds: the seeds of every cell (``paper_cpu``'s when None).
+    base_overrides: on top of ``paper_cpu``'s base overrides.
+  """
+  c = paper_cpu.get_config()
+  (_, values), = c.settings.items()
+  values = on_dataset(values, arg)
+  c.algorithms = list(algorithms)
+  c.settings = ml_collections.ConfigDict({k: {**values, **v} for k, v in variants.items()},
+                                         allow_dotted_keys=True, sort_keys=False)
+  c.algorithm_overrides = ml_collections.ConfigDict(
+      {k: v for k, v in c.algorithm_overrides.items() if k in algorithms},
+      allow_dotted_keys=True)
+  if seeds is not None:
+    c.seeds = tuple(seeds)
+  for k, v in (base_overrides or {}).items():
+    c.base_overrides[k] = v
   return c

@@ -13,8 +13,8 @@ import os
 
 from fedjax_het import config_files
 
-paper_cpu = config_files.load_module(os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "paper_cpu.py"))
+protocol = config_files.load_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
 ROUNDS = 60  # 3 x paper_cpu's 20
 # the headline comparisons' methods (FD: the best baseline at T), in the order a
 # budget-stopped sweep finishes them, then FedKD (its anneal spans the run); about 8 h
@@ -23,15 +23,12 @@ ALGORITHMS = ["standalone", "fedproto", "fedmoe", "fedmrl", "fd", "moss", "fedkd
 
 
 def get_config(arg=None):
-  c = paper_cpu.get_config()
-  if arg == "cifar100":
-    (name, values), = c.settings.items()
-    c.settings = type(c.settings)(
-        {name.replace("CIFAR-10", "CIFAR-100"): {**values, "data.name": "cifar100",
-                                                 "partition.classes_per_client": 10}},
-        allow_dotted_keys=True, sort_keys=False)
-  elif arg:
-    raise ValueError(f"unknown claims dataset {arg!r}; valid: ['cifar10', 'cifar100']")
+  c = protocol.paper_cpu.get_config()
+  (name, values), = c.settings.items()
+  values = protocol.on_dataset(values, arg)
+  if values["data.name"] == "cifar100":
+    name = name.replace("CIFAR-10", "CIFAR-100")
+  c.settings = type(c.settings)({name: values}, allow_dotted_keys=True, sort_keys=False)
   c.algorithms = list(ALGORITHMS)
   c.base_overrides.num_rounds = ROUNDS
   return c
