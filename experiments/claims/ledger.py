@@ -178,7 +178,7 @@ NON_IID = [
     for g in (0.1, 0.2, 0.3, 0.4, 0.5)
 ]
 
-# every seed of Moss as built and of its uniform ablation reaches it by round 10 in the
+# every seed of Moss as built and of its uniform ablation reaches it by round 13 in the
 # N=10 cell (Moss's own deployed models stay near 60-70% at T=20; the cell's TARGET is 85%)
 MOSS_TARGET = 0.55
 # the N=10 cell's Moss rows (Moss as built and its ablations, 5 seeds)

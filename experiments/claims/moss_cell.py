@@ -7,8 +7,8 @@ headline cell (same partitions and public set, T = 20), 5 seeds (the effects are
   python experiments/sweep.py --sweep=experiments/claims/moss_cell.py \
       --sweep_dir=results/claims/moss_cell --seed_batch=3 --budget_min=60
 
-Cost: 25 runs; seeds 0-2 of the ablations took 1h28m on the 2-core CPU (a naive-mapping
-run 4m20s, the others 7-10 min).
+Cost: 25 runs (22 made here), about 2h50m of the 2-core CPU when nothing else runs: a
+naive-mapping run 4-6 min, the others 7-10 min.
 """
 import os
 
