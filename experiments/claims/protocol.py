@@ -22,6 +22,8 @@ machine, so somewhat long), far over the 4 h the ledger was meant to take.
 Fewer rounds leave the clients near chance (above); the sweeps run across
 sessions (``--budget_min``; finished cells are committed and skipped by a rerun), or on
 a GPU.
+
+``cell_sweep`` builds the ledger's other cut: variants of ``paper_cpu.py``'s N = 10 cell.
 """
 import os
 
