@@ -19,7 +19,9 @@ moss_ablations = config_files.load_module(os.path.join(HERE, "moss_ablations.py"
 protocol = config_files.load_module(os.path.join(HERE, "protocol.py"))
 SEEDS = (0, 1, 2, 3, 4)
 # Seeds 0-2 of Moss as built are paper_cpu.py's runs (same config, seeds and partitions),
-# copied into results/claims/moss_cell (the sweep skips them as finished).
+# copied into results/claims/moss_cell (the sweep skips them as finished). Its seeds 1-2
+# ran on a replica axis (--seed_batch=2): another program, which rounds floats otherwise
+# (a rerun one seed at a time differs at noise level, not in its config).
 
 
 def get_config(arg=None):
