@@ -20,6 +20,4 @@ SWITCHES = {"evaluate shared": {"algo.evaluate": "shared"},
 
 
 def get_config(arg=None):
-  # paper_cpu's plan holds Moss's 200 public examples out of every method's partition
-  return protocol.cell_sweep(["fedkd", "fml"], SWITCHES, arg=arg,
-                             base_overrides={"data.public": 200})
+  return protocol.cell_sweep(["fedkd", "fml"], SWITCHES, arg=arg)

@@ -97,6 +97,9 @@ def cell_sweep(algorithms, variants: dict, *, arg: str | None = None,
                seeds=None, base_overrides: dict | None = None) -> ml_collections.ConfigDict:
   """``paper_cpu.py``'s N = 10, C = 100% cell (T = 20, same partitions) in variants.
 
+  Every method holds out the cell's largest public set (Moss's), as paper_cpu's plan
+  does, so runs pair with paper_cpu's by seed even without Moss among ``algorithms``.
+
   Args:
     algorithms: the rows; only their ``paper_cpu`` algorithm overrides are kept.
     variants: the columns, ``{name: dotted overrides}`` on top of the cell's setting.
@@ -105,6 +108,8 @@ def cell_sweep(algorithms, variants: dict, *, arg: str | None = None,
     base_overrides: on top of ``paper_cpu``'s base overrides.
   """
   c = paper_cpu.get_config()
+  c.base_overrides["data.public"] = max(v.get("data.public", 0)
+                                        for v in c.algorithm_overrides.values())
   (_, values), = c.settings.items()
   values = on_dataset(values, arg)
   c.algorithms = list(algorithms)

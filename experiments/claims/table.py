@@ -23,12 +23,8 @@ ALGORITHMS = ["standalone", "fedproto", "fedmoe", "fedmrl", "fd", "moss", "fedkd
 
 
 def get_config(arg=None):
-  c = protocol.paper_cpu.get_config()
-  (name, values), = c.settings.items()
-  values = protocol.on_dataset(values, arg)
-  if values["data.name"] == "cifar100":
+  (name,) = protocol.paper_cpu.get_config().settings.keys()
+  if protocol.dataset(arg)[0] == "cifar100":
     name = name.replace("CIFAR-10", "CIFAR-100")
-  c.settings = type(c.settings)({name: values}, allow_dotted_keys=True, sort_keys=False)
-  c.algorithms = list(ALGORITHMS)
-  c.base_overrides.num_rounds = ROUNDS
-  return c
+  return protocol.cell_sweep(ALGORITHMS, {name: {}}, arg=arg,
+                             base_overrides={"num_rounds": ROUNDS})
