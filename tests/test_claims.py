@@ -19,6 +19,8 @@ CLAIMS = os.path.join(ROOT, "experiments", "claims")
 EXPERIMENTS = os.path.join(ROOT, "experiments")  # the algorithms sweep files name
 SWEEPS = sorted(f for f in os.listdir(CLAIMS)
                 if f.endswith(".py") and f not in ("protocol.py", "ledger.py"))
+# the sweeps of paper_cpu's N=10, C=100% cell (``protocol.cell_sweep``)
+CELL_SWEEPS = ["baselines.py", "cell_seeds.py", "moss_cell.py", "table.py"]
 # the algorithms whose rounds depend on the run's total number of rounds
 SCHEDULED = {"fedkd"}  # its SVD energy anneal spans the run
 
@@ -54,7 +56,7 @@ def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path
   assert runs
   for run in runs:
     c = run.config
-    cut = (10, 1.0) if sweep_file in ("table.py", "baselines.py", "moss_cell.py") else (100, 0.1)
+    cut = ((10, 1.0) if sweep_file in CELL_SWEEPS else (100, 0.1))
     assert (c.num_clients, c.participation, c.data.public) == (*cut, 200)
     assert c.data.name == (dataset or "cifar10")
     if c.partition.kind == "pathological":
@@ -63,7 +65,7 @@ def test_every_claims_sweep_plans_on_both_datasets(sweep_file, dataset, tmp_path
     load_config_file(os.path.join(CLAIMS, sweep_file), "mnist")
 
 
-@pytest.mark.parametrize("sweep_file", ["baselines.py", "moss_cell.py", "table.py"])
+@pytest.mark.parametrize("sweep_file", CELL_SWEEPS)
 def test_a_cell_sweep_changes_paper_cpus_runs_only_by_its_variant(sweep_file, tmp_path):
   """The N=10 cell's claims pair their runs with paper_cpu's (moss_cell copies three):
   a run's config is paper_cpu's run of its method and seed but for its setting's own
@@ -215,12 +217,17 @@ def test_every_ledger_group_names_a_planned_cell(tmp_path):
       str(tmp_path), configs_dir=EXPERIMENTS)}
   files = {"paper_cpu": "experiments/sweeps/paper_cpu.py"}
   for claim in ledger.CLAIMS:
-    for group in (claim.a, claim.b):
-      name = group.sweep.removeprefix("claims/")
-      assert (group.method, group.setting) in cells[name], (claim.id, group)
+    for group, sweep in [(g, s) for g in (claim.a, claim.b) for s in g.sweeps]:
+      name = sweep.removeprefix("claims/")
+      assert (group.method, group.setting) in cells[name], (claim.id, group, sweep)
       assert files.get(name, f"experiments/claims/{name}.py") in claim.sweep_files, claim.id
       # a claim reads its sweep's last round (T), or the T-round prefix of a 3 T run
       assert max(claim.rounds) == rounds.get(name, ledger.T_CELL), (claim.id, rounds)
+  # the T-round cell's 5-seed methods are the ones cell_seeds.py runs, at other seeds
+  cell_seeds = load_module(os.path.join(CLAIMS, "cell_seeds.py"))
+  assert set(ledger.FIVE_SEEDS) == set(cell_seeds.ALGORITHMS)
+  assert not set(cell_seeds.SEEDS) & set(load_config_file(os.path.join(
+      ROOT, "experiments", "sweeps", "paper_cpu.py")).seeds)
 
 
 def _target_runs(root):
@@ -245,6 +252,51 @@ def _target_runs(root):
         json.dump({"per_client_test_acc": [0.9, 0.9]}, f)
   with open(os.path.join(root, "s", "costs.json"), "w") as f:
     json.dump({"fast|cell": {"round_flops": 3e9}, "slow|cell": {"round_flops": 1e9}}, f)
+
+
+def _seed_runs(root, sweep, seeds, acc=0.5, by_seed=True):
+  """Finished 2-round runs of method ``m`` in setting ``cell`` of ``root/sweep``, at
+  ``seeds``: mean test accuracy ``acc`` at round 1, ``acc + seed / 100`` at round 2
+  (``acc`` at both without ``by_seed``)."""
+  import json
+  for seed in seeds:
+    workdir = os.path.join(root, sweep, "m", "cell", f"seed{seed}")
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      json.dump({"algorithm": "m", "seed": seed}, f)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      f.writelines(json.dumps({"round": t, "mean_test_acc": acc + by_seed * seed / 100 * (t - 1)})
+                   + "\n" for t in (1, 2))
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+      json.dump({"per_client_test_acc": [acc]}, f)
+
+
+def test_a_group_reads_further_seeds_from_its_more_sweeps(tmp_path):
+  """``Group.more``: a sweep that runs another's cell at new seeds adds them to the
+  group (paired by seed with the other side); a seed finished in two is refused."""
+  from fedjax_het.sweeps import claims
+  results = str(tmp_path / "results")
+  _seed_runs(results, "first", (0, 1, 2))
+  _seed_runs(results, "more", (3, 4))
+  _seed_runs(results, "base", (0, 1, 2, 3, 4), acc=0.4, by_seed=False)
+  a = claims.Group("first", "m", "cell", ("more",))
+  b = claims.Group("base", "m", "cell")
+  assert a.sweeps == ("first", "more") and str(a) == "m (first + more: cell)"
+  claim = claims.Claim("five", "above", None, "cut", a, b, (2,), ())
+  runs = claims.load_sweeps(results, [claim])
+  assert sorted(runs) == ["base", "first", "more"]
+  assert sorted(r.seed for r in claims.group_runs(runs, a)) == [0, 1, 2, 3, 4]
+  (r,) = claims.read(claim, runs)
+  np.testing.assert_allclose(r.diffs, [10 + s for s in range(5)])  # 10 + seed points
+  # without ``more`` the same claim pairs the first sweep's three seeds
+  (r3,) = claims.read(claims.Claim("three", "above", None, "cut",
+                                   claims.Group("first", "m", "cell"), b, (2,), ()), runs)
+  assert len(r3.diffs) == 3
+  _seed_runs(results, "again", (2,))
+  twice = claims.Group("first", "m", "cell", ("more", "again"))
+  with pytest.raises(ValueError, match=r"seeds \[2\] finished in more than one"):
+    claims.group_runs(claims.load_sweeps(results, [claims.Claim(
+        "twice", "above", None, "cut", twice, b, (2,), ())]), twice)
 
 
 def test_cost_to_target_claims(tmp_path):

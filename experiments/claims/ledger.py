@@ -11,9 +11,11 @@ T = 100  # the N=100 sweeps' budget (protocol.ROUNDS; tests/test_claims.py check
 CELL = "CIFAR-10 N=10,C=100% (5k+1k examples)"  # paper_cpu.py's cell
 T_CELL = 20  # paper_cpu.py's rounds; claims/table.py runs the cell to 3 T_CELL = 60
 ABOUT = ("Two cuts of the papers' protocol (docs/fidelity.md; CIFAR-10, CNN-1..5, 3 seeds "
-         "per cell). The headline rows use the papers' N=10, C=100% column as "
-         "experiments/sweeps/paper_cpu.py cuts it (500 training examples per client, E=5, "
-         "B=64, T=20 rounds), read at T from results/paper_cpu and at 3 T=60 from "
+         "per cell, 5 where 3 left a difference within two standard errors of zero; a row "
+         "reads the seeds finished so far, n says how many). The headline rows use the "
+         "papers' N=10, C=100% column as experiments/sweeps/paper_cpu.py cuts it (500 "
+         "training examples per client, E=5, B=64, T=20 rounds), read at T from "
+         "results/paper_cpu (seeds 3-4 from results/claims/cell_seeds) and at 3 T=60 from "
          "results/claims/table (same seeds and partitions). The other rows use the papers' "
          "N=100, C=10% (experiments/claims/protocol.py: 100 examples per client, E=5, "
          "B=64, T=100). The papers train 500 rounds on about 400-5000 examples per client.")
@@ -21,16 +23,41 @@ CUT = "the N=10 cell"
 N100_CUT = "N=100, C=10%"
 
 
+# the methods of the T-round comparisons within two standard errors at paper_cpu's 3
+# seeds: claims/cell_seeds.py runs their seeds 3 and 4 (tests/test_claims.py checks)
+FIVE_SEEDS = ("standalone", "fedmoe", "fedmrl", "fedkd", "fml")
+CELL_SEEDS = "claims/cell_seeds"
+
+
 def cell(method: str, long: bool = False) -> Group:
-  """``method`` in paper_cpu's cell: its T-round runs, or (``long``) the 3 T ones."""
-  return Group("claims/table" if long else "paper_cpu", method, CELL)
+  """``method`` in paper_cpu's cell: its T-round runs (with cell_seeds.py's seeds 3-4
+  of the ``FIVE_SEEDS`` methods), or (``long``) claims/table.py's 3 T ones."""
+  if long:
+    return Group("claims/table", method, CELL)
+  return Group("paper_cpu", method, CELL, (CELL_SEEDS,) if method in FIVE_SEEDS else ())
+
+
+def n100(sweep: str, method: str, setting: str) -> Group:
+  """A group of an N=100 claims sweep (experiments/claims/<sweep>.py)."""
+  return Group(f"claims/{sweep}", method, setting)
+
+
+def sweep_file(name: str) -> str:
+  return f"experiments/claims/{name}.py"
+
+
+def files(*groups: Group) -> tuple:
+  """The sweep files of every sweep directory ``groups`` read."""
+  return tuple(dict.fromkeys(
+      "experiments/sweeps/paper_cpu.py" if s == "paper_cpu"
+      else f"experiments/{s}.py" for g in groups for s in g.sweeps))
 
 
 def headline(name: str, paper: str, points, a: str, b: str, ran: str = CUT
              ) -> list[Claim]:
   """A headline comparison at T (paper_cpu) and at 3 T (claims/table)."""
   return [Claim(f"{name}, T={T_CELL}", paper, points, ran, cell(a), cell(b), (T_CELL,),
-                ("experiments/sweeps/paper_cpu.py",), headline=name),
+                files(cell(a), cell(b)), headline=name),
           Claim(f"{name}, 3T={3 * T_CELL}", paper, points, ran, cell(a, True),
                 cell(b, True), (3 * T_CELL,), ("experiments/claims/table.py",),
                 headline=name)]
@@ -70,7 +97,7 @@ def to_target(name: str, paper: str, a: str, b: str, measure: str,
   """What ``a`` saves against ``b`` to reach ``TARGET``, in the T and the 3 T runs."""
   ran = f"{CUT}, target {100 * TARGET:.0f}% mean test accuracy (the paper's: 90%, N=100)"
   return [Claim(f"{name}, T={T_CELL}", paper, None, ran, cell(a), cell(b), (T_CELL,),
-                ("experiments/sweeps/paper_cpu.py",), test="target", target=TARGET,
+                files(cell(a), cell(b)), test="target", target=TARGET,
                 measure=measure, direction=direction, headline=name),
           Claim(f"{name}, 3T={3 * T_CELL}", paper, None, ran, cell(a, True),
                 cell(b, True), (3 * T_CELL,), ("experiments/claims/table.py",),
@@ -104,8 +131,7 @@ GATES = [
         (f"3T={3 * T_CELL}", f"{CUT}, final checkpoint", cell("fedmoe", True),
          3 * T_CELL, "experiments/claims/table.py"),
         ("N=100", f"{N100_CUT}, 2/10 classes, final checkpoint",
-         Group("claims/p1_classes", "fedmoe", "2 classes"), T,
-         "experiments/claims/p1_classes.py"))
+         n100("p5_gates", "fedmoe", "2 classes"), T, sweep_file("p5_gates")))
 ]
 
 FIDELITY = [
@@ -128,7 +154,7 @@ PER_CLIENT = [
     Claim(f"P6 clients above FedProto, T={T_CELL}", *P6_PAPER,
           f"the N=10 cell (the paper's is N=100), round {T_CELL}",
           cell("fedmoe"), cell("fedproto"), (T_CELL,),
-          ("experiments/sweeps/paper_cpu.py",), test="clients"),
+          files(cell("fedmoe"), cell("fedproto")), test="clients"),
     Claim(f"P6 clients above FedProto, 3T={3 * T_CELL}", *P6_PAPER,
           f"the N=10 cell (the paper's is N=100), round {3 * T_CELL}",
           cell("fedmoe", True), cell("fedproto", True), (3 * T_CELL,),
@@ -136,15 +162,6 @@ PER_CLIENT = [
 ]
 
 N100 = "N=100, C=10%"
-
-
-def n100(sweep: str, method: str, setting: str) -> Group:
-  """A group of an N=100 claims sweep (experiments/claims/<sweep>.py)."""
-  return Group(f"claims/{sweep}", method, setting)
-
-
-def sweep_file(name: str) -> str:
-  return f"experiments/claims/{name}.py"
 
 
 NON_IID = [
@@ -243,11 +260,17 @@ FEDKD_PAPER = ("pFedMoE Table 3, CIFAR-10 N=10 C=100%: FedKD 80.20, Standalone 9
                80.20 - 96.53)
 SWITCHES = (("as built", CELL), ("evaluating the shared model", "evaluate shared"),
             ("KL averaged over classes", "KL mean"))
+
+
+def switched(method: str, setting: str) -> Group:
+  """FedKD or FML as built (paper_cpu's cell) or with one of baselines.py's switches."""
+  return cell(method) if setting == CELL else Group("claims/baselines", method, setting)
+
+
 BASELINES = [
     Claim(f"FedKD vs Standalone, {name}", *FEDKD_PAPER, f"the N=10 cell, T={T_CELL}",
-          Group("paper_cpu" if setting == CELL else "claims/baselines", "fedkd", setting),
-          cell("standalone"), (T_CELL,),
-          ("experiments/sweeps/paper_cpu.py", sweep_file("baselines")),
+          switched("fedkd", setting), cell("standalone"), (T_CELL,),
+          files(switched("fedkd", setting), cell("standalone")),
           # as built, at T and at 3 T: one comparison at two budgets
           headline="FedKD vs Standalone" if setting == CELL else "")
     for name, setting in SWITCHES
@@ -259,9 +282,8 @@ BASELINES = [
 ] + [
     Claim(f"FML vs Standalone, {name}", "pFedMoE Table 3, CIFAR-10 N=10 C=100%: FML "
           "30.48, Standalone 96.53", 30.48 - 96.53, f"the N=10 cell, T={T_CELL}",
-          Group("paper_cpu" if setting == CELL else "claims/baselines", "fml", setting),
-          cell("standalone"), (T_CELL,),
-          ("experiments/sweeps/paper_cpu.py", sweep_file("baselines")))
+          switched("fml", setting), cell("standalone"), (T_CELL,),
+          files(switched("fml", setting), cell("standalone")))
     for name, setting in SWITCHES
 ]
 

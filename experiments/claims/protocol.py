@@ -93,6 +93,12 @@ def sweep(algorithms, settings: dict, *, arg: str | None = None, rounds: int = R
   return c
 
 
+def cell_name(arg: str | None = None) -> str:
+  """The name of ``paper_cpu.py``'s one setting (a table column), on ``arg``'s dataset."""
+  (name,) = paper_cpu.get_config().settings.keys()
+  return name.replace("CIFAR-10", "CIFAR-100") if dataset(arg)[0] == "cifar100" else name
+
+
 def cell_sweep(algorithms, variants: dict, *, arg: str | None = None,
                seeds=None, base_overrides: dict | None = None) -> ml_collections.ConfigDict:
   """``paper_cpu.py``'s N = 10, C = 100% cell (T = 20, same partitions) in variants.

@@ -4,7 +4,8 @@ r"""The claims ledger: the papers' claims tested on committed runs, with verdict
 
 A ledger (``experiments/claims/ledger.py``) is a list of ``Claim``: the paper's
 statement and number, the setting we ran, and two groups of runs (``Group``: a sweep
-directory under ``--results``, a method and a setting) compared seed by seed, at the
+directory under ``--results``, a method and a setting, and optionally further sweep
+directories holding more seeds of that cell) compared seed by seed, at the
 same partition, at one or more rounds (``Claim.rounds``). Groups of different sweeps
 pair when their runs share the seed and the partition (the claims sweeps hold the same
 public set out of every pool); a comparison read at several budgets (T and 3 T) is one
@@ -63,13 +64,22 @@ NOT_REACHED = "target not reached in every run"
 @dataclasses.dataclass(frozen=True)
 class Group:
   """Runs of one method in one setting of one sweep (``sweep``: its directory under the
-  ledger's results root)."""
+  ledger's results root), joined by that cell's runs in the sweep directories ``more``
+  names: further seeds of the same runs (a sweep file that reruns another's cell at new
+  seeds), so that a claim can read 5 seeds where the first sweep ran 3."""
   sweep: str
   method: str
   setting: str
+  more: tuple = ()
+
+  @property
+  def sweeps(self) -> tuple:
+    """Every sweep directory the group reads, ``sweep`` first."""
+    return (self.sweep, *self.more)
 
   def __str__(self) -> str:
-    return f"{self.method} ({self.sweep}: {self.setting})"
+    more = "".join(f" + {m}" for m in self.more)
+    return f"{self.method} ({self.sweep}{more}: {self.setting})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,10 +166,19 @@ def verdict(mean: float, se: float, paper_points: float | None,
 
 
 def group_runs(runs_by_sweep: dict, group: Group) -> list[RunData]:
-  """The finished runs of ``group``."""
-  return [r for r in runs_by_sweep.get(group.sweep, [])
+  """The finished runs of ``group``, from every sweep directory it reads.
+
+  Raises:
+    ValueError: two of its sweep directories hold the same seed (which to read?).
+  """
+  runs = [r for sweep in group.sweeps for r in runs_by_sweep.get(sweep, [])
           if r.method == group.method and r.setting == group.setting
           and r.per_client is not None]
+  seeds = [r.seed for r in runs]
+  twice = sorted({s for s in seeds if seeds.count(s) > 1})
+  if twice:
+    raise ValueError(f"{group}: seeds {twice} finished in more than one of its sweeps")
+  return runs
 
 
 def round_comparison(claim: Claim, runs_by_sweep: dict) -> paired.RoundComparison | None:
@@ -382,7 +401,7 @@ def _verdict(mean: float, se: float, claim: Claim) -> str:
 def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
   """``{sweep: [RunData]}`` of every sweep directory the claims name that exists."""
   out = {}
-  for sweep in dict.fromkeys(g.sweep for c in claims for g in (c.a, c.b)):
+  for sweep in dict.fromkeys(s for c in claims for g in (c.a, c.b) for s in g.sweeps):
     path = os.path.join(results, sweep)
     out[sweep] = load_runs(path) if os.path.isdir(path) else []
   return out
