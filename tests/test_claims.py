@@ -217,9 +217,9 @@ def test_every_ledger_group_names_a_planned_cell(tmp_path):
       str(tmp_path), configs_dir=EXPERIMENTS)}
   files = {"paper_cpu": "experiments/sweeps/paper_cpu.py"}
   for claim in ledger.CLAIMS:
-    for group, sweep in [(g, s) for g in (claim.a, claim.b) for s in g.sweeps]:
+    for sweep, method, setting in [c for g in (claim.a, claim.b) for c in g.cells]:
       name = sweep.removeprefix("claims/")
-      assert (group.method, group.setting) in cells[name], (claim.id, group, sweep)
+      assert (method, setting) in cells[name], (claim.id, sweep, method, setting)
       assert files.get(name, f"experiments/claims/{name}.py") in claim.sweep_files, claim.id
       # a claim reads its sweep's last round (T), or the T-round prefix of a 3 T run
       assert max(claim.rounds) == rounds.get(name, ledger.T_CELL), (claim.id, rounds)
@@ -254,6 +254,28 @@ def _target_runs(root):
     json.dump({"fast|cell": {"round_flops": 3e9}, "slow|cell": {"round_flops": 1e9}}, f)
 
 
+def test_a_groups_more_seeds_are_its_runs_at_other_seeds(tmp_path):
+  """Every ledger group's ``more`` cells plan the group's own runs at other seeds: the
+  same config but the seed (e.g. m2_m3_fedmrl.py's d1=500 cell is P1's FedMRL 2/10)."""
+  ledger = load_module(os.path.join(CLAIMS, "ledger.py"))
+
+  def planned(sweep, method, setting):
+    path = (os.path.join(ROOT, "experiments", "sweeps", "paper_cpu.py")
+            if sweep == "paper_cpu" else os.path.join(ROOT, "experiments", f"{sweep}.py"))
+    return {r.seed: flatten(r.config.to_dict()) for r in plan_lib.plan(
+        load_config_file(path), str(tmp_path / sweep), configs_dir=EXPERIMENTS)
+            if (r.algorithm, r.setting) == (method, setting)}
+  pairs = {(g.cells[0], c) for claim in ledger.CLAIMS for g in (claim.a, claim.b)
+           for c in g.cells[1:]}
+  assert len(pairs) == len(ledger.FIVE_SEEDS) + len(ledger.MORE_SEEDS)
+  for own, more in pairs:
+    (seed, config), *_ = planned(*own).items()
+    extra = planned(*more)
+    assert extra, more
+    for s, c in extra.items():
+      assert c == {**config, "seed": s}, (own, more, s)
+
+
 def _seed_runs(root, sweep, seeds, acc=0.5, by_seed=True):
   """Finished 2-round runs of method ``m`` in setting ``cell`` of ``root/sweep``, at
   ``seeds``: mean test accuracy ``acc`` at round 1, ``acc + seed / 100`` at round 2
@@ -273,13 +295,14 @@ def _seed_runs(root, sweep, seeds, acc=0.5, by_seed=True):
 
 def test_a_group_reads_further_seeds_from_its_more_sweeps(tmp_path):
   """``Group.more``: a sweep that runs another's cell at new seeds adds them to the
-  group (paired by seed with the other side); a seed finished in two is refused."""
+  group (paired by seed with the other side); a seed in two of its cells is one run
+  copied (kept once) or refused when their metrics differ."""
   from fedjax_het.sweeps import claims
   results = str(tmp_path / "results")
   _seed_runs(results, "first", (0, 1, 2))
-  _seed_runs(results, "more", (3, 4))
+  _seed_runs(results, "more", (2, 3, 4))  # seed 2: a copy of first's
   _seed_runs(results, "base", (0, 1, 2, 3, 4), acc=0.4, by_seed=False)
-  a = claims.Group("first", "m", "cell", ("more",))
+  a = claims.Group("first", "m", "cell", (claims.Group("more", "m", "cell"),))
   b = claims.Group("base", "m", "cell")
   assert a.sweeps == ("first", "more") and str(a) == "m (first + more: cell)"
   claim = claims.Claim("five", "above", None, "cut", a, b, (2,), ())
@@ -292,11 +315,13 @@ def test_a_group_reads_further_seeds_from_its_more_sweeps(tmp_path):
   (r3,) = claims.read(claims.Claim("three", "above", None, "cut",
                                    claims.Group("first", "m", "cell"), b, (2,), ()), runs)
   assert len(r3.diffs) == 3
-  _seed_runs(results, "again", (2,))
-  twice = claims.Group("first", "m", "cell", ("more", "again"))
-  with pytest.raises(ValueError, match=r"seeds \[2\] finished in more than one"):
+  _seed_runs(results, "again", (2,), acc=0.6)  # seed 2 again, other metrics
+  twice = claims.Group("first", "m", "cell", (claims.Group("again", "m", "cell"),))
+  with pytest.raises(ValueError, match="seed 2 finished in .* with different metrics"):
     claims.group_runs(claims.load_sweeps(results, [claims.Claim(
         "twice", "above", None, "cut", twice, b, (2,), ())]), twice)
+  with pytest.raises(ValueError, match="groups without a 'more'"):
+    claims.Group("first", "m", "cell", (a,))
 
 
 def test_cost_to_target_claims(tmp_path):

@@ -59,26 +59,38 @@ MEASURES = {"target": ("rounds", "communication", "computation"),
             "gates": ("clients", "classes")}
 GATES_FILE = "gates.json"
 NOT_REACHED = "target not reached in every run"
+TIMINGS = frozenset({"wall_s"})  # metric keys that differ between copies of a run
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
   """Runs of one method in one setting of one sweep (``sweep``: its directory under the
-  ledger's results root), joined by that cell's runs in the sweep directories ``more``
-  names: further seeds of the same runs (a sweep file that reruns another's cell at new
-  seeds), so that a claim can read 5 seeds where the first sweep ran 3."""
+  ledger's results root), joined by the runs of the groups in ``more``: the same runs
+  (same config but the seed) that other sweeps made at further seeds, so that a claim
+  can read 5 seeds where the first sweep ran 3."""
   sweep: str
   method: str
   setting: str
   more: tuple = ()
 
+  def __post_init__(self):
+    if any(not isinstance(g, Group) or g.more for g in self.more):
+      raise ValueError(f"{self.method} ({self.sweep}: {self.setting}): 'more' takes "
+                       "groups without a 'more' of their own")
+
+  @property
+  def cells(self) -> tuple:
+    """``(sweep, method, setting)`` of every cell the group reads, its own first."""
+    return tuple((g.sweep, g.method, g.setting) for g in (self, *self.more))
+
   @property
   def sweeps(self) -> tuple:
-    """Every sweep directory the group reads, ``sweep`` first."""
-    return (self.sweep, *self.more)
+    """Every sweep directory the group reads, its own first."""
+    return tuple(dict.fromkeys(sweep for sweep, _, _ in self.cells))
 
   def __str__(self) -> str:
-    more = "".join(f" + {m}" for m in self.more)
+    more = "".join(f" + {g.sweep}" + (f" ({g.setting})" if g.setting != self.setting else "")
+                   for g in self.more)
     return f"{self.method} ({self.sweep}{more}: {self.setting})"
 
 
@@ -166,19 +178,27 @@ def verdict(mean: float, se: float, paper_points: float | None,
 
 
 def group_runs(runs_by_sweep: dict, group: Group) -> list[RunData]:
-  """The finished runs of ``group``, from every sweep directory it reads.
+  """The finished runs of ``group``, one per seed, from every cell it reads (a seed
+  found twice is a copy of one run: the first is kept).
 
   Raises:
-    ValueError: two of its sweep directories hold the same seed (which to read?).
+    ValueError: a seed finished in two of its cells with different metrics.
   """
-  runs = [r for sweep in group.sweeps for r in runs_by_sweep.get(sweep, [])
-          if r.method == group.method and r.setting == group.setting
-          and r.per_client is not None]
-  seeds = [r.seed for r in runs]
-  twice = sorted({s for s in seeds if seeds.count(s) > 1})
-  if twice:
-    raise ValueError(f"{group}: seeds {twice} finished in more than one of its sweeps")
-  return runs
+  by_seed = {}
+  for sweep, method, setting in group.cells:
+    for r in runs_by_sweep.get(sweep, []):
+      if r.method != method or r.setting != setting or r.per_client is None:
+        continue
+      first = by_seed.setdefault(r.seed, r)
+      if first is not r and _metrics(first) != _metrics(r):
+        raise ValueError(f"{group}: seed {r.seed} finished in {first.workdir} and in "
+                         f"{r.workdir} with different metrics")
+  return list(by_seed.values())
+
+
+def _metrics(run: RunData) -> list[dict]:
+  """A run's metric rows without their timings (a copied run's are equal)."""
+  return [{k: v for k, v in row.items() if k not in TIMINGS} for row in run.rows]
 
 
 def round_comparison(claim: Claim, runs_by_sweep: dict) -> paired.RoundComparison | None:
