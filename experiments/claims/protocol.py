@@ -16,9 +16,10 @@ of one seed and setting share their partition across sweeps and pair across them
 ``:cifar100`` switches every sweep to CIFAR-100 with the papers' 10 of 100 classes.
 
 Cost of this cut: a cell of 3 seeds is 34-71 TFLOP (22-67 minutes of the 2-core CPU by
-the plans); the five sweeps that use it are 138 runs, 2.6 PFLOP, about 28 h by their
-plans (each sweep file's docstring; calibrated while another sweep shared the
-machine, so somewhat long), far over the 4 h the ledger was meant to take.
+the plans); the eight sweeps that use it are 172 runs (5 seeds where 3 left a claim
+within two standard errors), about 35 h by their plans (each sweep file's docstring;
+calibrated while another sweep shared the machine, so somewhat long), far over the 4 h
+the ledger was meant to take.
 Fewer rounds leave the clients near chance (above); the sweeps run across
 sessions (``--budget_min``; finished cells are committed and skipped by a rerun), or on
 a GPU.
