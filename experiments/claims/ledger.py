@@ -290,9 +290,10 @@ BASELINES = [
 
 # FedProto's inference at the cut: P1, P2, P6 and M5 hold FedMoE and FedMRL against it
 FEDPROTO_HEADER = "fedproto_inference", "fedproto"
-# M5 2/10 against FedProto's own header was within two standard errors at 3 seeds:
-# seeds 3-4 of FedMRL's side are m2_m3_fedmrl.py's d1=500 runs (P1's FedMRL config; its
-# seeds 0-2 were copied into p1_classes), of FedProto's header_seeds.py's
+# M5 2/10 against FedProto's own header was within two standard errors at 3 seeds. Seeds
+# 3-4 of its FedMRL side come from m2_m3_fedmrl.py's d1=500 cell (P1's FedMRL config;
+# its seeds 0-2 were copied into p1_classes), those of its FedProto side from
+# header_seeds.py
 MORE_SEEDS = {
     ("claims/p1_classes", "fedmrl", "2 classes"):
         n100("m2_m3_fedmrl", "fedmrl", "d1=500"),

@@ -4,8 +4,8 @@ r"""The claims ledger: the papers' claims tested on committed runs, with verdict
 
 A ledger (``experiments/claims/ledger.py``) is a list of ``Claim``: the paper's
 statement and number, the setting we ran, and two groups of runs (``Group``: a sweep
-directory under ``--results``, a method and a setting, and optionally further sweep
-directories holding more seeds of that cell) compared seed by seed, at the
+directory under ``--results``, a method and a setting, and optionally cells of other
+sweeps holding the same runs at more seeds) compared seed by seed, at the
 same partition, at one or more rounds (``Claim.rounds``). Groups of different sweeps
 pair when their runs share the seed and the partition (the claims sweeps hold the same
 public set out of every pool); a comparison read at several budgets (T and 3 T) is one
