@@ -14,7 +14,6 @@ import os
 from fedjax_het import config_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-protocol = config_files.load_module(os.path.join(HERE, "protocol.py"))
 fedproto_inference = config_files.load_module(os.path.join(HERE, "fedproto_inference.py"))
 SEEDS = (3, 4)
 
