@@ -307,6 +307,15 @@ def five_seeds(group: Group) -> Group:
   more = MORE_SEEDS.get((group.sweep, group.method, group.setting))
   return Group(group.sweep, group.method, group.setting, (more,)) if more else group
 
+def against_header(claim: str, method: str, paper: str, k: int) -> Claim:
+  """``method`` (P1's run) against FedProto predicting with its own header, at k/10."""
+  a = five_seeds(n100("p1_classes", method, f"{k} classes"))
+  b = five_seeds(n100(*FEDPROTO_HEADER, f"header inference, {k} classes"))
+  return Claim(f"{claim} {k}/10, FedProto's own header", paper, None,
+               f"{N100}, {k}/10 classes, FedProto predicting with the client's own header",
+               a, b, (T,), files(a, b))
+
+
 FEDPROTO_INFERENCE = [
     Claim(f"FedProto: own header vs nearest prototype, {k}/10", "pFedMoE Table 3, "
           "CIFAR-10 N=100 C=10%: FedProto 92.49, above Standalone's 91.97, predicting (as "
@@ -319,12 +328,7 @@ FEDPROTO_INFERENCE = [
           (sweep_file("fedproto_inference"), sweep_file("p1_classes")), direction=0)
     for k in (2, 4, 6, 8, 10)
 ] + [
-    Claim(f"{claim} {k}/10, FedProto's own header", paper, None,
-          f"{N100}, {k}/10 classes, FedProto predicting with the client's own header",
-          five_seeds(n100("p1_classes", method, f"{k} classes")),
-          five_seeds(n100(*FEDPROTO_HEADER, f"header inference, {k} classes")), (T,),
-          files(five_seeds(n100("p1_classes", method, f"{k} classes")),
-                five_seeds(n100(*FEDPROTO_HEADER, f"header inference, {k} classes"))))
+    against_header(claim, method, paper, k)
     for claim, method, paper in (
         ("P1", "fedmoe", "pFedMoE Fig. 7: FedMoE above FedProto as classes per client "
          "rise (N=100, C=10%)"),
