@@ -188,6 +188,18 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
     assert os.path.exists(os.path.join(os.path.dirname(page), link)), link
 
 
+def test_the_summary_counts_every_verdict_it_read():
+  from fedjax_het.sweeps import claims
+  g = claims.Group("s", "fedmoe", "cell")
+  three = [claims.Claim(f"c{i}", "p", None, "cut", g, g, (20,), ()) for i in range(3)]
+  rows = [(c, [claims.Reading(20, None, 1.0, se, None, claims._verdict(1.0, se, c))])
+          for c, se in zip(three, (0.1, float("nan")))] + [(three[2], [])]
+  assert [rs[0].verdict for _, rs in rows[:2]] == ["reproduced", claims.ONE_SEED]
+  assert claims.summary_lines(rows)[0] == (
+      "2 of 3 claims have finished runs; at the longest budget read: 1 reproduced, "
+      "1 one seed: no verdict.")
+
+
 def test_a_figure_says_what_is_subtracted_from_what():
   from fedjax_het.sweeps import claims
   built, naive = (claims.Group("s", "moss", s) for s in ("as built", "naive mapping"))

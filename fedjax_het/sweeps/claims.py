@@ -59,6 +59,7 @@ MEASURES = {"target": ("rounds", "communication", "computation"),
             "gates": ("clients", "classes")}
 GATES_FILE = "gates.json"
 NOT_REACHED = "target not reached in every run"
+ONE_SEED = "one seed: no verdict"  # a pair from one seed has no standard error
 TIMINGS = frozenset({"wall_s"})  # metric keys that differ between copies of a run
 
 
@@ -414,7 +415,7 @@ def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
 
 
 def _verdict(mean: float, se: float, claim: Claim) -> str:
-  return ("one seed: no verdict" if math.isnan(se)
+  return (ONE_SEED if math.isnan(se)
           else verdict(mean, se, claim.paper_points, claim.direction))
 
 
@@ -511,7 +512,7 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
   """The page's opening sentences, from the readings."""
   read_rows = [(c, rs) for c, rs in rows if rs]
   last = [rs[-1].verdict for _, rs in read_rows]
-  counts = ", ".join(f"{last.count(v)} {v}" for v in (*VERDICTS, NOT_REACHED)
+  counts = ", ".join(f"{last.count(v)} {v}" for v in (*VERDICTS, NOT_REACHED, ONE_SEED)
                      if last.count(v))
   lines = [f"{len(read_rows)} of {len(rows)} claims have finished runs"
            + (f"; at the longest budget read: {counts}." if counts else ".")]
