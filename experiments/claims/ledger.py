@@ -307,6 +307,7 @@ def five_seeds(group: Group) -> Group:
   more = MORE_SEEDS.get((group.sweep, group.method, group.setting))
   return Group(group.sweep, group.method, group.setting, (more,)) if more else group
 
+
 def against_header(claim: str, method: str, paper: str, k: int) -> Claim:
   """``method`` (P1's run) against FedProto predicting with its own header, at k/10."""
   a = five_seeds(n100("p1_classes", method, f"{k} classes"))

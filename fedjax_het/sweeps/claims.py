@@ -512,8 +512,8 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
   """The page's opening sentences, from the readings."""
   read_rows = [(c, rs) for c, rs in rows if rs]
   last = [rs[-1].verdict for _, rs in read_rows]
-  counts = ", ".join(f"{last.count(v)} {v}" for v in (*VERDICTS, NOT_REACHED, ONE_SEED)
-                     if last.count(v))
+  order = dict.fromkeys((*VERDICTS, NOT_REACHED, ONE_SEED, *last))  # any other one last
+  counts = ", ".join(f"{last.count(v)} {v}" for v in order if last.count(v))
   lines = [f"{len(read_rows)} of {len(rows)} claims have finished runs"
            + (f"; at the longest budget read: {counts}." if counts else ".")]
   budgets: dict = {}  # one comparison's readings over its rows (its budgets)
