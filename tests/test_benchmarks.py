@@ -7,6 +7,7 @@ reference builds the same networks (parameter counts) as ours.
 import importlib.util
 import math
 import os
+import re
 import sys
 
 import jax
@@ -173,3 +174,30 @@ def test_init_compile_times_each_level_and_compares_bits(synthetic_npz, capsys):
   with pytest.raises(SystemExit):
     init_compile.main(["--sweep=experiments/claims/p1_classes.py"])  # no --algorithm
   assert "give --config, or --sweep with --algorithm" in capsys.readouterr().err
+
+
+def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synthetic_npz,
+                                                                          capsys):
+  """A line per program naming the run, the switches in force and every stage's seconds;
+  ``--seeds=2`` stages the replica axis's dispatch; bad arguments are refused first."""
+  import compile_time
+  config = os.path.join(ROOT, "experiments", "standalone.py") + ":smoke"
+  sets = [f"--set=data.path={synthetic_npz}", "--set=models=tiny"]
+  number = r"\d+\.\d+"
+  for seeds in (1, 2):
+    compile_time.main([f"--config={config}", *sets, f"--seeds={seeds}"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    plural = "s" if seeds > 1 else ""
+    name = r"standalone N=5 tiny sequential on cpu \(XLA_FLAGS .+, threefry kernel o(n|ff)\)"
+    assert re.fullmatch(rf"{name} \| init: trace {number} s, lower {number} s, compile "
+                        rf"{number} s, run {number} s", lines[0])
+    assert re.fullmatch(rf"{name} \| dispatch of {seeds} seed{plural}: trace {number} s, "
+                        rf"lower {number} s, compile {number} s, first round {number} s, "
+                        rf"then {number} s a round", lines[1])
+  for bad, says in ((["--sweep=experiments/claims/p1_classes.py"],
+                     "give --config, or --sweep with --algorithm"),
+                    ([f"--config={config}", "--seeds=0"], "--seeds=0: must be >= 1")):
+    with pytest.raises(SystemExit):
+      compile_time.main(bad)
+    assert says in capsys.readouterr().err

@@ -50,9 +50,11 @@ def init_compiler_options(platform: str, xla_flags: str | None = None) -> dict |
   once). On CPU it compiles at backend optimization level 1 instead of XLA's default:
   the claims ledger's FedMoE init (N = 100, CNN-1..5) 32.8 s -> 11.2 s, FedMRL ``:cpu``'s
   29.4 s -> 15.3 s on a 2-core machine, with the same bits in every leaf
-  (``benchmarks/init_compile.py``, docs/performance.md). A level that ``XLA_FLAGS`` already sets at or below it is kept (the
-  test suite compiles everything at 0). Other platforms keep XLA's defaults (not yet
-  measured there).
+  (``benchmarks/init_compile.py``, docs/performance.md). A level that ``XLA_FLAGS``
+  already sets at or below it is kept (the test suite compiles everything at 0). Other
+  platforms keep XLA's defaults: on one H200 levels 0 and 1 compiled that init slower
+  than the default; what pays there is jax's threefry kernel
+  (``JAX_THREEFRY_GPU_KERNEL_LOWERING=1``: 44 s -> 2 s).
 
   Args:
     platform: the devices' platform ('cpu', 'gpu', 'tpu').
@@ -240,6 +242,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
 
   def dispatch_rounds(state, data, n):
     return dispatch(state, data, n, schedule)
+  # the jitted program and its last argument, to stage by hand (benchmarks/compile_time.py)
+  dispatch_rounds.jitted, dispatch_rounds.schedule = dispatch, schedule
   return dispatch_rounds
 
 

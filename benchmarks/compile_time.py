@@ -1,0 +1,118 @@
+r"""How long a run's two programs take to trace, lower and compile: its init and its dispatch.
+
+  python benchmarks/compile_time.py --config=experiments/fedmrl.py:cpu
+  python benchmarks/compile_time.py --sweep=experiments/claims/p1_classes.py \
+      --algorithm=fedmoe --seeds=3
+
+The init (``program.compile_fns(...).init``: every client's parameters and optimizer
+state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds and
+their evaluations in one ``lax.while_loop``), each staged by hand (``trace``, ``lower``,
+``compile``) and then run: the init once, the dispatch for one round and for two, so its
+line also gives the seconds of a round. A line is printed as each program is done (a
+call stopped while the dispatch compiles still tells the init's times). ``--seeds=S`` stages the dispatch of S seeds on
+a replica axis, as ``sweep.py --seed_batch=S`` runs them. The line names the backend and
+the switches that change how XLA compiles (``XLA_FLAGS``, jax's
+``jax_threefry_gpu_kernel_lowering``), so runs of the same command under different
+switches can be told apart; nothing is cached between them (no persistent compilation
+cache is set here).
+"""
+import argparse
+import os
+import time
+
+import jax
+import numpy as np
+from init_compile import load  # benchmarks/: the script's directory
+
+from fedjax_het import cli as cli_lib
+from fedjax_het import clients as clients_lib
+from fedjax_het.training import experiment
+from fedjax_het.training import program
+
+
+def timed(fn, *args):
+  """``(fn(*args) with its arrays ready, seconds)``."""
+  t = time.perf_counter()
+  out = jax.block_until_ready(fn(*args))
+  return out, time.perf_counter() - t
+
+
+def stage(jitted, *args):
+  """``(compiled, trace s, lower s, compile s)`` of ``jitted`` at ``args``."""
+  traced, trace_s = timed(jitted.trace, *args)
+  lowered, lower_s = timed(traced.lower)
+  compiled, compile_s = timed(lowered.compile)
+  return compiled, trace_s, lower_s, compile_s
+
+
+def switches() -> str:
+  """The compile switches in force: ``XLA_FLAGS`` and jax's threefry lowering."""
+  flags = os.environ.get("XLA_FLAGS", "").strip() or "none"
+  threefry = getattr(jax.config, "jax_threefry_gpu_kernel_lowering", None)
+  return (f"XLA_FLAGS {flags}, threefry kernel "
+          f"{'unknown' if threefry is None else 'on' if threefry else 'off'}")
+
+
+def measure(config, seeds: int = 1, log=print) -> None:
+  """Stages and runs ``config``'s init, then its dispatch, logging a line after each."""
+  configs = [config]
+  for s in range(1, seeds):
+    c = config.copy_and_resolve_references()
+    c.seed = config.seed + s
+    configs.append(c)
+  exps = [experiment.prepare(c, place=seeds == 1) for c in configs]
+  exp = exps[0]
+  name = (f"{config.algorithm} N={config.num_clients} {'+'.join(exp.runtime.layout.archs)} "
+          f"{clients_lib.resolve_parallelism(exp.runtime.client_parallelism)} on "
+          f"{jax.default_backend()} ({switches()})")
+  init = program.compile_fns(exp).init
+  keys = [jax.random.PRNGKey(c.seed) for c in configs]
+  init_c, trace_s, lower_s, compile_s = stage(init, keys[0])
+  states = []
+  for key in keys:
+    state, run_s = timed(init_c, key)
+    states.append(state)
+  log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
+      f"{compile_s:.1f} s, run {run_s:.2f} s")
+  if seeds == 1:
+    data, axes, state = exp.data, None, states[0]
+  else:
+    data, axes = program.replica_data(exps)
+    state = program.replica_state(states, exp.runtime.mesh)
+  dispatch = program.compile_dispatch(exp, program.dispatch_rows(config.num_rounds), axes)
+  run, trace_s, lower_s, compile_s = stage(dispatch.jitted, state, data, np.int32(1),
+                                           dispatch.schedule)
+  (state, _, _), first = timed(run, state, data, np.int32(1), dispatch.schedule)
+  _, two = timed(run, state, data, np.int32(2), dispatch.schedule)
+  log(f"{name} | dispatch of {seeds} seed{'s' if seeds > 1 else ''}: trace {trace_s:.1f} s, "
+      f"lower {lower_s:.1f} s, compile {compile_s:.1f} s, first round {first:.2f} s, then "
+      f"{two / 2:.3f} s a round")
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--config", help="experiments/<algorithm>.py[:variant]")
+  p.add_argument("--sweep", help="a sweep file; its first run of --algorithm is timed")
+  p.add_argument("--algorithm", help="with --sweep: the row")
+  p.add_argument("--configs_dir", default="experiments",
+                 help="with --sweep: where an algorithm's config file is")
+  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                 help="a dotted config override (repeatable)")
+  p.add_argument("--seeds", type=int, default=1,
+                 help="seeds on the dispatch's replica axis (sweep.py --seed_batch)")
+  args = p.parse_args(argv)
+  cli_lib.quiet([""])
+  try:
+    if bool(args.config) == bool(args.sweep) or bool(args.sweep) != bool(args.algorithm):
+      raise ValueError("give --config, or --sweep with --algorithm")
+    if args.seeds < 1:
+      raise ValueError(f"--seeds={args.seeds}: must be >= 1")
+    config = load(args)
+  except (ValueError, FileNotFoundError) as err:
+    cli_lib.fail(err)
+  measure(config, args.seeds, log=lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+  main()
