@@ -22,7 +22,8 @@ import time
 
 import jax
 import numpy as np
-from init_compile import load  # benchmarks/: the script's directory
+from init_compile import add_run_flags  # benchmarks/: the script's directory
+from init_compile import load
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
@@ -92,20 +93,12 @@ def measure(config, seeds: int = 1, log=print) -> None:
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--config", help="experiments/<algorithm>.py[:variant]")
-  p.add_argument("--sweep", help="a sweep file; its first run of --algorithm is timed")
-  p.add_argument("--algorithm", help="with --sweep: the row")
-  p.add_argument("--configs_dir", default="experiments",
-                 help="with --sweep: where an algorithm's config file is")
-  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                 help="a dotted config override (repeatable)")
+  add_run_flags(p)
   p.add_argument("--seeds", type=int, default=1,
                  help="seeds on the dispatch's replica axis (sweep.py --seed_batch)")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
-    if bool(args.config) == bool(args.sweep) or bool(args.sweep) != bool(args.algorithm):
-      raise ValueError("give --config, or --sweep with --algorithm")
     if args.seeds < 1:
       raise ValueError(f"--seeds={args.seeds}: must be >= 1")
     config = load(args)

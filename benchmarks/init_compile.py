@@ -24,9 +24,22 @@ from fedjax_het.sweeps import plan as plan_lib
 from fedjax_het.training import experiment
 
 
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+  """The flags naming the run to time: ``--config``, or ``--sweep`` with ``--algorithm``."""
+  p.add_argument("--config", help="experiments/<algorithm>.py[:variant]")
+  p.add_argument("--sweep", help="a sweep file; its first run of --algorithm is timed")
+  p.add_argument("--algorithm", help="with --sweep: the row")
+  p.add_argument("--configs_dir", default="experiments",
+                 help="with --sweep: where an algorithm's config file is")
+  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                 help="a dotted config override (repeatable)")
+
+
 def load(args):
   """The config of ``--config`` (with ``--set``) or of ``--sweep``'s first run of
-  ``--algorithm``."""
+  ``--algorithm``, validated (ValueError on flags that name no single run)."""
+  if bool(args.config) == bool(args.sweep) or bool(args.sweep) != bool(args.algorithm):
+    raise ValueError("give --config, or --sweep with --algorithm")
   if args.sweep:
     runs = [r for r in plan_lib.plan(config_files.load_config_file(args.sweep), "unused",
                                      configs_dir=args.configs_dir)
@@ -54,20 +67,12 @@ def time_init(lowered, key, options):
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--config", help="experiments/<algorithm>.py[:variant]")
-  p.add_argument("--sweep", help="a sweep file; its first run of --algorithm is timed")
-  p.add_argument("--algorithm", help="with --sweep: the row")
-  p.add_argument("--configs_dir", default="experiments",
-                 help="with --sweep: where an algorithm's config file is")
-  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                 help="a dotted config override (repeatable)")
+  add_run_flags(p)
   p.add_argument("--levels", default="1", help="comma-separated backend optimization "
                  "levels to time against XLA's default")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
-    if bool(args.config) == bool(args.sweep) or bool(args.sweep) != bool(args.algorithm):
-      raise ValueError("give --config, or --sweep with --algorithm")
     levels = [int(v) for v in args.levels.split(",") if v.strip()]
     config = load(args)
   except (ValueError, FileNotFoundError) as err:
