@@ -9,12 +9,12 @@ state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds
 their evaluations in one ``lax.while_loop``), each staged by hand (``trace``, ``lower``,
 ``compile``) and then run: the init once, the dispatch for one round and for two, so its
 line also gives the seconds of a round. A line is printed as each program is done (a
-call stopped while the dispatch compiles still tells the init's times). ``--seeds=S`` stages the dispatch of S seeds on
-a replica axis, as ``sweep.py --seed_batch=S`` runs them. The line names the backend and
-the switches that change how XLA compiles (``XLA_FLAGS``, jax's
-``jax_threefry_gpu_kernel_lowering``), so runs of the same command under different
-switches can be told apart; nothing is cached between them (no persistent compilation
-cache is set here).
+call stopped while the dispatch compiles still tells the init's times). ``--seeds=S``
+stages the dispatch of S seeds on a replica axis, as ``sweep.py --seed_batch=S`` runs
+them. Each line names the backend and the switches that change how XLA compiles
+(``XLA_FLAGS``, jax's ``jax_threefry_gpu_kernel_lowering``), so runs of one command
+under different switches can be told apart. The script sets no persistent compilation
+cache (one set by ``JAX_COMPILATION_CACHE_DIR`` would serve a rerun from its cache).
 """
 import argparse
 import os
