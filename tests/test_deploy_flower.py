@@ -262,3 +262,4 @@ def test_a_bad_upload_and_a_killed_supernode_are_tolerated(runs, link):
   assert "round 3: client 2 failed: no reply within round-timeout" in server_log
   assert link.procs["client-2"].wait(timeout=60) == -signal.SIGKILL
   assert np.isfinite(summary(workdir)["final_mean_test_acc"])
+  assert summary(workdir)["environment"]["packages"]["jax"] == jax.__version__  # the server's

@@ -102,6 +102,7 @@ def test_two_processes_match_one_process_and_resume(tiny_config, tmp_path):
   # ---- the same metrics as one process with the same 4-device mesh
   assert one["config"] == _summary(two_dir)["config"]
   assert _summary(two_dir)["per_client_test_acc"] == one["per_client_test_acc"]
+  assert [s["environment"]["processes"] for s in (one, _summary(two_dir))] == [1, 2]
   rows_one, rows_two = _rows(tmp_path / "one"), _rows(two_dir)
   assert [r["round"] for r in rows_two] == [1, 2, 3]
   # means reduced across devices on device: a few float32 ulps apart (module docstring)

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import logging
 import os
+import platform
 import subprocess
 import sys
 
@@ -51,7 +52,12 @@ def test_standalone_run_writes_outputs(tiny_config, tmp_path, monkeypatch):
   part = json.load(open(tmp_path / "partition.json"))
   assert [c["arch"] for c in part["clients"]][:3] == ["tiny", "tiny2", "tiny"]
   assert all(sum(c["test_class_counts"]) >= 1 for c in part["clients"])
-  assert os.path.exists(tmp_path / "summary.json")
+  assert json.load(open(tmp_path / "summary.json")) == summary
+  env = summary["environment"]  # what it ran on: the versions and host of this process
+  assert env["packages"]["jax"] == jax.__version__
+  assert env["packages"]["numpy"] == np.__version__
+  assert (env["backend"], env["visible_devices"]) == ("cpu", 4)  # conftest's forced devices
+  assert env["python"] == platform.python_version() and env["cpu"]["model"]
 
 
 def test_fedavg_counts_whole_model_both_ways(tiny_config, tmp_path):

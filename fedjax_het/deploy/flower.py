@@ -91,6 +91,7 @@ from fedjax_het import config as config_lib  # noqa: E402
 from fedjax_het import config_files  # noqa: E402
 from fedjax_het.algorithms import base  # noqa: E402
 from fedjax_het.deploy import federation as fed_lib  # noqa: E402
+from fedjax_het.training import environment  # noqa: E402
 from fedjax_het.training import metrics as metrics_lib  # noqa: E402
 from fedjax_het.training import runfiles  # noqa: E402
 
@@ -649,6 +650,7 @@ class FlowerServer:
         "uplink_params": self.up, "downlink_params": self.down,
         "refused_supernodes": {str(k): v for k, v in sorted(self.roster.refused.items())},
         "config": self.node.fed.config.to_dict(),
+        "environment": environment.describe(),  # the server process's (clients may differ)
     }
 
 

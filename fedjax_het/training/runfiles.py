@@ -19,6 +19,7 @@ from fedjax_het.algorithms import State
 from fedjax_het.config_files import flatten
 from fedjax_het.data import partition_file
 from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import environment
 from fedjax_het.training import metrics as metrics_lib
 from fedjax_het.training.experiment import Experiment
 
@@ -199,6 +200,8 @@ class RunFiles:
         # wall-clock figures (they differ between identical runs; comparisons drop them)
         "timing": {"wall_s": rows[-1]["wall_s"], **timing},
         "config": self.exp.config.to_dict(),
+        # what it ran on (``environment.describe``): versions, backend, host CPU
+        "environment": environment.describe(),
     }
     if "sampled_test_acc" in rows[-1]:
       summary.update(final_sampled_test_acc=rows[-1]["sampled_test_acc"],
