@@ -698,10 +698,11 @@ def run_server(grid: Grid, settings: ServerSettings) -> dict:
     server.run()
   finally:
     node.close()
-    metrics_lib.write_json(os.path.join(workdir, "summary.json"), server.summary())
+    summary = server.summary()
+    metrics_lib.write_json(os.path.join(workdir, "summary.json"), summary)
   log(f"server: done after {node.round} rounds; final mean test acc "
-      f"{server.summary()['final_mean_test_acc']:.4f}")
-  return server.summary()
+      f"{summary['final_mean_test_acc']:.4f}")
+  return summary
 
 
 server_app = ServerApp()
