@@ -12,7 +12,8 @@ line also gives the seconds of a round. A line is printed as each program is don
 call stopped while the dispatch compiles still tells the init's times). ``--seeds=S``
 stages the dispatch of S seeds on a replica axis, as ``sweep.py --seed_batch=S`` runs
 them. Each line names the backend and the switches that change how XLA compiles
-(``XLA_FLAGS``, jax's ``jax_threefry_gpu_kernel_lowering``), so runs of one command
+(``XLA_FLAGS``, jax's ``jax_threefry_gpu_kernel_lowering``, the dispatch's XLA options of
+``fedjax_het.training.compile_options``), so runs of one command
 under different switches can be told apart. The script sets no persistent compilation
 cache (one set by ``JAX_COMPILATION_CACHE_DIR`` would serve a rerun from its cache).
 """
@@ -27,6 +28,7 @@ from init_compile import load
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
+from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
 from fedjax_het.training import program
 
@@ -46,12 +48,15 @@ def stage(jitted, *args):
   return compiled, trace_s, lower_s, compile_s
 
 
-def switches() -> str:
-  """The compile switches in force: ``XLA_FLAGS`` and jax's threefry lowering."""
+def switches(platform: str) -> str:
+  """The compile switches in force: ``XLA_FLAGS``, jax's threefry lowering and the
+  dispatch's XLA options (``fedjax_het.training.compile_options``)."""
   flags = os.environ.get("XLA_FLAGS", "").strip() or "none"
   threefry = getattr(jax.config, "jax_threefry_gpu_kernel_lowering", None)
+  options = compile_options.dispatch_compiler_options(platform) or "none"
   return (f"XLA_FLAGS {flags}, threefry kernel "
-          f"{'unknown' if threefry is None else 'on' if threefry else 'off'}")
+          f"{'unknown' if threefry is None else 'on' if threefry else 'off'}, "
+          f"dispatch options {options}")
 
 
 def measure(config, seeds: int = 1, log=print) -> None:
@@ -63,10 +68,10 @@ def measure(config, seeds: int = 1, log=print) -> None:
     configs.append(c)
   exps = [experiment.prepare(c, place=seeds == 1) for c in configs]
   exp = exps[0]
+  init = program.compile_fns(exp).init  # turns the threefry kernel on where it is used
   name = (f"{config.algorithm} N={config.num_clients} {'+'.join(exp.runtime.layout.archs)} "
           f"{clients_lib.resolve_parallelism(exp.runtime.client_parallelism)} on "
-          f"{jax.default_backend()} ({switches()})")
-  init = program.compile_fns(exp).init
+          f"{jax.default_backend()} ({switches(jax.default_backend())})")
   keys = [jax.random.PRNGKey(c.seed) for c in configs]
   init_c, trace_s, lower_s, compile_s = stage(init, keys[0])
   states = []

@@ -189,7 +189,8 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     plural = "s" if seeds > 1 else ""
-    name = r"standalone N=5 tiny sequential on cpu \(XLA_FLAGS .+, threefry kernel o(n|ff)\)"
+    name = (r"standalone N=5 tiny sequential on cpu \(XLA_FLAGS .+, threefry kernel off, "
+            r"dispatch options none\)")
     assert re.fullmatch(rf"{name} \| init: trace {number} s, lower {number} s, compile "
                         rf"{number} s, run {number} s", lines[0])
     assert re.fullmatch(rf"{name} \| dispatch of {seeds} seed{plural}: trace {number} s, "

@@ -17,6 +17,7 @@ from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import config as config_lib
 from fedjax_het.data import pool as pool_lib
+from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
 from fedjax_het.training import loop
 from fedjax_het.training import program
@@ -325,20 +326,6 @@ def test_resume_between_evaluations_keeps_the_best_sampled_accuracy(tiny_config,
   assert _strip_wall(_rows(tmp_path / "part")) == _strip_wall(_rows(tmp_path / "full"))
 
 
-def test_init_compiler_options_lower_only_the_cpu_level_not_set_lower():
-  assert program.init_compiler_options("cpu", "") == {"xla_backend_optimization_level": 1}
-  assert program.init_compiler_options("cpu", "--xla_cpu_use_thunk_runtime=true") == {
-      "xla_backend_optimization_level": 1}
-  assert program.init_compiler_options("cpu", "--xla_backend_optimization_level=3") == {
-      "xla_backend_optimization_level": 1}
-  # the suite's level 0 (conftest) and a level 1 are the user's: kept
-  for level in (0, 1):
-    assert program.init_compiler_options(
-        "cpu", f"--xla_backend_optimization_level={level} --foo") is None
-  assert program.init_compiler_options("gpu", "") is None
-  assert program.init_compiler_options("tpu", "") is None
-
-
 def test_an_init_compiled_at_the_init_level_draws_the_same_state(tiny_config, monkeypatch):
   # the XLA option reaches the compiler (an unknown one would fail it) and changes no
   # more than rounding: the suite's backend compiles at level 0 (conftest), whose float
@@ -346,7 +333,7 @@ def test_an_init_compiled_at_the_init_level_draws_the_same_state(tiny_config, mo
   monkeypatch.setenv("XLA_FLAGS", "")
   exp = experiment.prepare(tiny_config("fedmrl", "tiny,tiny2"), place=False)
   key = jax.random.PRNGKey(0)
-  assert program.init_compiler_options("cpu") is not None
+  assert compile_options.init_compiler_options("cpu") is not None
   at_init_level = program.jit_init(exp.algorithm.init, "cpu")(key)
   plain = jax.jit(exp.algorithm.init)(key)
   chex.assert_trees_all_close(at_init_level, plain, atol=1e-7, rtol=0)

@@ -8,8 +8,6 @@ their evaluations per call in one ``lax.while_loop`` (no host round trip per rou
 from __future__ import annotations
 
 import functools
-import os
-import re
 from typing import Callable, NamedTuple
 
 import jax
@@ -22,6 +20,7 @@ from fedjax_het import distributed
 from fedjax_het import sharding
 from fedjax_het.algorithms import Algorithm
 from fedjax_het.algorithms import State
+from fedjax_het.training import compile_options
 from fedjax_het.training.experiment import Experiment
 
 MAX_DISPATCH = 1000  # most rounds in one dispatch (sizes the per-round metric buffers)
@@ -38,43 +37,16 @@ def dispatch_rows(num_rounds: int) -> int:
   return min(1 << max(num_rounds - 1, 0).bit_length(), MAX_DISPATCH)
 
 
-# XLA's backend optimization level of an init program on CPU (``jit_init``)
-INIT_OPTIMIZATION_LEVEL = 1
-
-
-def init_compiler_options(platform: str, xla_flags: str | None = None) -> dict | None:
-  """The XLA options ``jit_init`` compiles an init with on ``platform``, or None.
-
-  An init draws every parameter of every client once: a program of many small threefry
-  loops whose LLVM optimisation costs most of its compile and buys nothing (it runs
-  once). On CPU it compiles at backend optimization level 1 instead of XLA's default:
-  the claims ledger's FedMoE init (N = 100, CNN-1..5) 32.8 s -> 11.2 s, FedMRL ``:cpu``'s
-  29.4 s -> 15.3 s on a 2-core machine, with the same bits in every leaf
-  (``benchmarks/init_compile.py``, docs/performance.md). A level that ``XLA_FLAGS``
-  already sets at or below it is kept (the test suite compiles everything at 0). Other
-  platforms keep XLA's defaults: on one H200 levels 0 and 1 compiled that init slower
-  than the default (81 and 87 s against 44 s, each beside other compiles); what pays
-  there is jax's threefry kernel (``JAX_THREEFRY_GPU_KERNEL_LOWERING=1``: 44 s -> 2 s).
-
-  Args:
-    platform: the devices' platform ('cpu', 'gpu', 'tpu').
-    xla_flags: the ``XLA_FLAGS`` to respect (default: the environment's).
-  """
-  if platform != "cpu":
-    return None
-  flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
-  set_level = re.findall(r"--xla_backend_optimization_level=(\d+)", flags)
-  if set_level and int(set_level[-1]) <= INIT_OPTIMIZATION_LEVEL:
-    return None
-  return {"xla_backend_optimization_level": INIT_OPTIMIZATION_LEVEL}
-
-
 def jit_init(fn: Callable, platform: str | None = None, **jit_kwargs) -> Callable:
-  """``jax.jit(fn, **jit_kwargs)`` for a state's init (``init_compiler_options``).
+  """``jax.jit(fn, **jit_kwargs)`` for a state's init, compiled as ``compile_options`` says.
 
+  On CPU at ``compile_options.INIT_OPTIMIZATION_LEVEL``; on a GPU with jax's threefry
+  kernel (``compile_options.use_threefry_kernel``, turned on for the process here).
   ``platform``: where it runs (default: JAX's default backend).
   """
-  options = init_compiler_options(platform or jax.default_backend())
+  platform = platform or jax.default_backend()
+  compile_options.use_threefry_kernel(platform)
+  options = compile_options.init_compiler_options(platform)
   return jax.jit(fn, compiler_options=options, **jit_kwargs)
 
 
@@ -213,7 +185,10 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
   def zeros(tree, lead=()):
     return jax.tree.map(lambda a: jnp.zeros(lead + a.shape, a.dtype), tree)
 
-  @functools.partial(jax.jit, donate_argnums=0, out_shardings=(shards, None, None))
+  options = compile_options.dispatch_compiler_options(
+      exp.runtime.mesh.devices.flat[0].platform)
+  @functools.partial(jax.jit, donate_argnums=0, out_shardings=(shards, None, None),
+                     compiler_options=options)
   def dispatch(state, data, n, schedule):
     eval_every, num_rounds = schedule[0], schedule[1]
     accuracies = zeros(jax.eval_shape(lambda: client_accuracies(evaluate(state, data))))
