@@ -160,7 +160,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
   program (the papers' protocol): rows ``evaluated`` (bool) and ``mean_test_acc`` (the
   mean over clients, reduced on the device) and the latest evaluation's per-group
   accuracies come back with the dispatch, so evaluating every round costs no host round
-  trip. The state buffers are donated.
+  trip. The state buffers are donated. It compiles with the XLA options of its platform
+  (``compile_options.dispatch_compiler_options``: on a GPU, no Triton GEMM fusions).
 
   Args:
     exp: the experiment (``config.eval_every``, ``config.num_rounds`` are read).
