@@ -7,12 +7,9 @@ random colour fields). The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
   python experiments/sweep.py --sweep=experiments/claims/moss_ablations.py \
       --sweep_dir=results/claims/moss_ablations --seed_batch=3 --budget_min=45
 
-Cost: 15 runs, 0.17 PFLOP, 5h39m of the 2-core CPU by `sweep.py`'s plan. Measured there
-(2026-11-28, other work beside at times): a WIRE run 13m55s alone (8.0 s a round), three
-seeds on the replica axis 42m35s (22.8 s a round: no faster than one after another); the
-naive mapping's three seeds 14m59s (8.4 s a round: WIRE's meta-network is most of a
-round). On one H200 a WIRE cell of three seeds compiles in 99 s and runs 0.31 s a round
-(docs/performance.md).
+Cost: 15 runs, 0.17 PFLOP, 5h39m of the 2-core CPU by `sweep.py`'s plan; measured there: a
+WIRE run 14 min (8 s a round; 3 seeds on the replica axis no faster), the naive mapping's
+3 seeds 15 min. One H200: a WIRE cell of 3 seeds compiles in 99 s, 0.31 s a round.
 """
 import os
 
