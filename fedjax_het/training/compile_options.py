@@ -1,7 +1,8 @@
 """How a run's programs are compiled on each platform: XLA options and jax's threefry lowering.
 
-Each setting here changes how long a program takes to compile and nothing it computes,
-and each was measured (docs/performance.md):
+Each setting here changes how long a program takes to compile, not what it computes
+(at most the float rounding of a different kernel), and each was measured
+(docs/performance.md):
 
 - ``init_compiler_options``: an init on CPU compiles at XLA's backend optimization
   level 1 (the same draws, a third of the compile).
