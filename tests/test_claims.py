@@ -1,4 +1,5 @@
 """The claims ledger: its sweeps, the budget prefix, verdicts and the generated page."""
+import math
 import os
 
 import jax
@@ -458,3 +459,50 @@ def test_fidelity_claim_maps_types_to_clients(tmp_path):
   rho = 4 / np.sqrt(4 * 5)  # centred ranks (1, -1, 1, -1) and (1.5, -.5, .5, -1.5)
   np.testing.assert_allclose(r.diffs, [rho, -rho])
   assert r.verdict == "not seen"
+
+
+def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_path):
+  """A claim of no difference: rounds 1-11 sit 2.8-3.2 points below zero in every
+  seed, round 12 jumps to +1 / -1 / 0: at round 12 the mean is 0 (``reproduced``);
+  over rounds 9-12 it is -2.25 ± 0.20 (``differs``)."""
+  import json
+
+  from fedjax_het.sweeps import claims
+  results = str(tmp_path / "results")
+  for setting, per_seed in (("b", [[0.0] * 12] * 3),
+                            ("a", [[-3.0] * 11 + [1.0], [-3.2] * 11 + [-1.0],
+                                   [-2.8] * 11 + [0.0]])):
+    for seed, diffs in enumerate(per_seed):
+      workdir = os.path.join(results, "abl", "moss", setting, f"seed{seed}")
+      os.makedirs(workdir)
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump({"algorithm": "moss", "seed": seed}, f)
+      with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps({"round": t, "mean_test_acc": 0.5 + d / 100}) + "\n"
+                     for t, d in enumerate(diffs, start=1))
+      with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump({"per_client_test_acc": [0.5]}, f)  # finished
+  a, b = claims.Group("abl", "moss", "a"), claims.Group("abl", "moss", "b")
+  claim = claims.Claim("S4", "no difference claimed", None, "the cut", a, b, (12,), (),
+                       direction=0)
+  runs = claims.load_sweeps(results, [claim])
+  (r,) = claims.read(claim, runs)
+  assert r.mean == pytest.approx(0.0, abs=1e-9) and r.verdict == "reproduced"
+  assert (r.trend.first, r.trend.last) == (9, 12)
+  assert r.trend.level == pytest.approx(-2.25) and r.window == "differs"
+  assert r.trend.level_se == pytest.approx(0.35 / math.sqrt(3))  # seeds: -2.0, -2.65, -2.1
+  assert claims.summary_lines([(claim, [r])])[1] == (
+      "Read as the mean difference over the last third of the rounds rather than at the "
+      "round read, the verdict differs: S4 at round 12: reproduced (+0.00 ± 0.58), over "
+      "rounds 9-12: differs (-2.25 ± 0.20).")
+  assert claims.window_lines([r]) == [
+      "Round 12: +0.00 ± 0.58, reproduced; over rounds 9-12 (the last third), the mean "
+      "difference -2.25 ± 0.20: differs."]
+  page = str(tmp_path / "claims.md")
+  text = claims.render([claim], runs, page_path=page,
+                       figures_dir=os.path.join(results, "figures"), results=results)
+  assert claims.window_lines([r])[0] in text.split("### S4")[1]  # the figure's text
+  # where both readings agree, the summary names nothing
+  same = claims.Reading(12, r.diffs, r.mean, r.se, r.trend, "differs", "differs")
+  assert not any(line.startswith("Read as") for line in
+                 claims.summary_lines([(claim, [same])]))

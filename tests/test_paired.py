@@ -178,6 +178,9 @@ def test_per_round_differences_and_known_slope(tmp_path):
   assert t.slope == pytest.approx(2.0)  # points per 10 rounds, mean of 1, 2, 3
   assert t.se == pytest.approx(1 / math.sqrt(3))
   assert t.direction == "rising"
+  # its level: seed s's mean over rounds 21..30 is slope_s * 25.5 / 10 points
+  assert t.level == pytest.approx(2.0 * 2.55)
+  assert t.level_se == pytest.approx(2.55 / math.sqrt(3))
   # read at round 15 (as a run stopped there): the window is rounds 11..15
   t15 = c.trend(upto=15)
   assert (t15.first, t15.last, t15.direction) == (11, 15, "rising")
@@ -193,6 +196,7 @@ def test_trend_directions_and_errors():
   one_seed = paired.trend(rounds, np.array([rounds * 0.5]))
   assert one_seed.slope == pytest.approx(5.0)
   assert math.isnan(one_seed.se) and one_seed.direction == "flat"
+  assert one_seed.level == pytest.approx(0.5 * 10.5) and math.isnan(one_seed.level_se)
   assert "+5.00 per 10 rounds over rounds 9-12: flat" == str(one_seed)
   with pytest.raises(ValueError, match="a slope needs two"):
     paired.trend(np.array([1, 2, 3]), np.zeros((2, 3)))
@@ -219,7 +223,8 @@ def test_per_round_uses_rounds_every_run_evaluated(tmp_path):
 def test_report_says_where_each_difference_is_going(tmp_path):
   root = _slope_sweep(str(tmp_path / "sw"), [1.0, 2.0, 3.0])
   text = paired.paired_report(root, "standalone", per_round=True)
-  assert ("| fedmoe | s | (a) | 3 | 30 | +6.00 ± 1.73 | +2.00 ± 0.58 | rising |"
-          in text)
+  # last third (rounds 21-30): seed s's mean is 2.55 slope_s points
+  assert ("| fedmoe | s | (a) | 3 | 30 | +6.00 ± 1.73 | +5.10 ± 1.47 | +2.00 ± 0.58 | "
+          "rising |" in text)
   assert "| 20 | +4.00 ± 1.15 |" in text  # the per-round listing
   assert "| 20 |" not in paired.paired_report(root, "standalone")

@@ -24,7 +24,9 @@ standard error (``paired``), and its verdict (``verdict``):
 
 Every row also says where the difference was going at the round read: the slope of the
 per-round difference over the last third of rounds 1..T (``paired.trend``), ``rising``
-or ``falling`` beyond two standard errors, else ``flat``. Tests: ``'paired'`` (A minus B
+or ``falling`` beyond two standard errors, else ``flat``; and the page reads the
+difference a second way, as its mean over that last third (``Trend.level``, which one
+noisy evaluation cannot move), naming the claims whose verdict differs read that way. Tests: ``'paired'`` (A minus B
 in accuracy points, protocol (a)), ``'clients'`` (the share of clients on which A
 beats B at the run's final round, minus 50%, in points: the papers' "76% of clients")
 and ``'target'`` (what A saves against B to first reach ``Claim.target`` mean test
@@ -148,13 +150,16 @@ class Claim:
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
-  """A claim read at one round: per-seed differences, their mean ± s.e., the trend."""
+  """A claim read at one round: per-seed differences, their mean ± s.e., the trend,
+  the verdict, and ``window``: the verdict of the trend's level (the mean difference
+  over the last third of the rounds read; "" without a trend)."""
   round: int
   diffs: np.ndarray
   mean: float
   se: float
   trend: paired.Trend | None
   verdict: str
+  window: str = ""
 
 
 def verdict(mean: float, se: float, paper_points: float | None,
@@ -410,7 +415,8 @@ def read(claim: Claim, runs_by_sweep: dict) -> list[Reading]:
       trend = c.trend(upto=t)
     except ValueError:
       trend = None
-    out.append(Reading(t, diffs, mean, se, trend, _verdict(mean, se, claim)))
+    window = "" if trend is None else _verdict(trend.level, trend.level_se, claim)
+    out.append(Reading(t, diffs, mean, se, trend, _verdict(mean, se, claim), window))
   return out
 
 
@@ -508,6 +514,14 @@ def _trend(r: Reading) -> str:
   return f"{r.trend.direction} ({r.trend.slope:+.2f}{se} / 10 rounds)"
 
 
+def window_lines(readings: Sequence[Reading]) -> list[str]:
+  """A figure's text: each reading at its round and over the last third of its rounds."""
+  return [f"Round {r.round}: {paired.mean_se_text(r.mean, r.se)}, {r.verdict}; over rounds "
+          f"{r.trend.first}-{r.trend.last} (the last third), the mean difference "
+          f"{paired.mean_se_text(r.trend.level, r.trend.level_se)}: {r.window}."
+          for r in readings if r.window]
+
+
 def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
   """The page's opening sentences, from the readings."""
   read_rows = [(c, rs) for c, rs in rows if rs]
@@ -523,6 +537,13 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
     if len(rs) > 1 and len({r.verdict for r in rs}) > 1:
       lines.append(f"{name}: the verdict changes with the budget: " + ", then ".join(
           f"{r.verdict} at round {r.round} ({r.mean:+.2f} ± {r.se:.2f})" for r in rs) + ".")
+  changed = [f"{c.id} at round {r.round}: {r.verdict} ({r.mean:+.2f} ± {r.se:.2f}), over "
+             f"rounds {r.trend.first}-{r.trend.last}: {r.window} "
+             f"({paired.mean_se_text(r.trend.level, r.trend.level_se)})"
+             for c, rs in read_rows for r in rs if r.window and r.window != r.verdict]
+  if changed:
+    lines.append("Read as the mean difference over the last third of the rounds rather "
+                 "than at the round read, the verdict differs: " + "; ".join(changed) + ".")
   moving = [f"{c.id} ({rs[-1].trend.direction})" for c, rs in read_rows
             if rs[-1].trend is not None and rs[-1].trend.direction != "flat"]
   if moving:
@@ -562,7 +583,7 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
                    f"{what if i == 0 else ''} | {r.round} | {_cell(r, c)} | {_trend(r)} | "
                    f"{r.verdict} |")
     if fig:
-      figures.append((c, os.path.relpath(fig, page_dir)))
+      figures.append((c, os.path.relpath(fig, page_dir), window_lines(readings)))
   lines += ["", "A − B: the mean over seeds of the per-seed difference (same seed: same "
             "partition), ± its standard error; `clients`: the share of clients on which A "
             "beats B at the final round, minus 50%; `to target`: what A saves, in % of "
@@ -572,7 +593,8 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
             "`fidelity`: Spearman's correlation of clients' accuracy with their type's "
             "fidelity. Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
-            "errors. Verdicts: `reproduced`, the paper's sign beyond two standard errors "
+            "errors; each figure's text also gives the mean difference over that last "
+            "third and its verdict. Verdicts: `reproduced`, the paper's sign beyond two standard errors "
             "and at least half its size (for a claim of no difference: within two "
             "standard errors of zero); `same direction, smaller`, under half; `not "
             "seen`, within two standard errors of zero; `opposite`, the other sign "
@@ -582,9 +604,9 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
     lines += ["## Not tested yet", ""] + [f"- **{cid}**: {why}" for cid, why in notes]
     lines.append("")
   lines += ["## Figures", ""]
-  for c, rel in figures:
+  for c, rel, windows in figures:
     lines += [f"### {c.id}", "", f"{c.paper}. We ran: {c.ran}.", "",
-              f"![{c.id}]({rel})", ""]
+              *([" ".join(windows), ""] if windows else []), f"![{c.id}]({rel})", ""]
   sweeps = list(dict.fromkeys(f for c in claims for f in c.sweep_files))
   lines += ["## Commands", "",
             "`--seed_batch=3` runs a cell's three seeds as one program, which fills an "

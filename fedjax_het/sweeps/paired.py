@@ -207,11 +207,17 @@ class Trend:
       against the round, over the window, in points per 10 rounds.
     se: its standard error over seeds (nan for one seed).
     first, last: the window's first and last evaluated round.
+    level: the mean over seeds of each seed's mean difference over the window, in
+      points: the difference read over the window rather than at its last round, which
+      one noisy evaluation can move.
+    level_se: its standard error over seeds (nan for one seed).
   """
   slope: float
   se: float
   first: int
   last: int
+  level: float
+  level_se: float
 
   @property
   def direction(self) -> str:
@@ -239,7 +245,8 @@ def trend(rounds: np.ndarray, diffs: np.ndarray, *, upto: int | None = None,
     fraction: the share of the run the window covers.
 
   Returns:
-    ``Trend``: the seeds' mean slope (points per 10 rounds) and its standard error.
+    ``Trend``: the seeds' mean slope (points per 10 rounds) and its standard error, and
+    the seeds' mean difference over the window (its level) with its standard error.
 
   Raises:
     ValueError: fewer than two evaluated rounds fall in the window.
@@ -255,7 +262,8 @@ def trend(rounds: np.ndarray, diffs: np.ndarray, *, upto: int | None = None,
   xc = x - x.mean()
   slopes = 10.0 * (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
   mean, se = mean_se(slopes)
-  return Trend(mean, se, int(x[0]), int(x[-1]))
+  level, level_se = mean_se(y.mean(axis=1))
+  return Trend(mean, se, int(x[0]), int(x[-1]), level, level_se)
 
 
 def round_values(rows: Sequence[dict], key: str) -> dict:
@@ -314,9 +322,13 @@ def mean_se(diffs: np.ndarray) -> tuple[float, float]:
   return float(d.mean()), se
 
 
-def _cell(diffs: np.ndarray) -> str:
-  mean, se = mean_se(diffs)
+def mean_se_text(mean: float, se: float) -> str:
+  """``'+1.23 ± 0.45'`` (no ``±`` part when ``se`` is nan: a single seed)."""
   return f"{mean:+.2f}" + ("" if math.isnan(se) else f" ± {se:.2f}")
+
+
+def _cell(diffs: np.ndarray) -> str:
+  return mean_se_text(*mean_se(diffs))
 
 
 def markdown(comparisons: Sequence[Comparison], *, last_k: int,
@@ -353,28 +365,29 @@ def markdown(comparisons: Sequence[Comparison], *, last_k: int,
 
 def trend_markdown(comparisons: Sequence[RoundComparison], *,
                    per_round: bool = False) -> str:
-  """Where each difference is going: its value at the last round both evaluated, and
-  its slope over the last third of the run (``trend``); with ``per_round`` also the
-  difference at every evaluated round."""
+  """Where each difference is going: its value at the last round both evaluated, its
+  mean over the last third of the run and its slope there (``trend``); with
+  ``per_round`` also the difference at every evaluated round."""
   if not comparisons:
     return ""
   protocol = {"mean_test_acc": "(a)", "sampled_test_acc": "(b)"}
-  lines = ["Where each difference is going: at the last round every seed evaluated, and "
-           "its slope over the last third of the run (each seed's least-squares slope, "
-           "mean ± standard error over the seeds, points per 10 rounds; `rising` or "
+  lines = ["Where each difference is going: at the last round every seed evaluated, its "
+           "mean over the last third of the run (which one noisy evaluation cannot move) "
+           "and its slope there (each seed's mean and least-squares slope, mean ± "
+           "standard error over the seeds, points and points per 10 rounds; `rising` or "
            "`falling` beyond two standard errors, else `flat`).", "",
-           "| method | setting | protocol | n | last round | difference | slope / 10 rounds "
-           "| going |", "|---|---|---|---:|---:|---:|---:|---|"]
+           "| method | setting | protocol | n | last round | difference | last third "
+           "| slope / 10 rounds | going |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
   for c in comparisons:
     try:
       t = c.trend()
     except ValueError:  # too few evaluated rounds in the last third
       t = None
-    slope = "–" if t is None else (
-        f"{t.slope:+.2f}" + ("" if math.isnan(t.se) else f" ± {t.se:.2f}"))
+    level, slope = ("–", "–") if t is None else (mean_se_text(t.level, t.level_se),
+                                                 mean_se_text(t.slope, t.se))
     lines.append(f"| {c.method} | {c.setting} | {protocol.get(c.key, c.key)} | "
                  f"{len(c.seeds)} | {int(c.rounds[-1])} | {_cell(c.diffs[:, -1])} | "
-                 f"{slope} | {'–' if t is None else t.direction} |")
+                 f"{level} | {slope} | {'–' if t is None else t.direction} |")
   if per_round:
     for c in comparisons:
       lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / {c.base_setting}, "
