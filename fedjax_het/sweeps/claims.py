@@ -26,9 +26,10 @@ Every row also says where the difference was going at the round read: the slope 
 per-round difference over the last third of rounds 1..T (``paired.trend``), ``rising``
 or ``falling`` beyond two standard errors, else ``flat``; and the page reads the
 difference a second way, as its mean over that last third (``Trend.level``, which one
-noisy evaluation cannot move), naming the claims whose verdict differs read that way. Tests: ``'paired'`` (A minus B
-in accuracy points, protocol (a)), ``'clients'`` (the share of clients on which A
-beats B at the run's final round, minus 50%, in points: the papers' "76% of clients")
+noisy evaluation cannot move), naming the claims whose verdict differs read that way.
+Tests: ``'paired'`` (A minus B in accuracy points, protocol (a)), ``'clients'`` (the
+share of clients on which A beats B at the run's final round, minus 50%, in points: the
+papers' "76% of clients")
 and ``'target'`` (what A saves against B to first reach ``Claim.target`` mean test
 accuracy, in % of B's cost, per seed: rounds, communication = the parameters sent both
 ways until then, or computation = those rounds times the round's FLOPs from the sweep's
@@ -594,8 +595,8 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
             "fidelity. Going: the slope of the per-round "
             "difference over the last third of the rounds read, beyond two standard "
             "errors; each figure's text also gives the mean difference over that last "
-            "third and its verdict. Verdicts: `reproduced`, the paper's sign beyond two standard errors "
-            "and at least half its size (for a claim of no difference: within two "
+            "third and its verdict. Verdicts: `reproduced`, the paper's sign beyond two "
+            "standard errors and at least half its size (for a claim of no difference: within two "
             "standard errors of zero); `same direction, smaller`, under half; `not "
             "seen`, within two standard errors of zero; `opposite`, the other sign "
             "beyond them; `differs`, a claim of no difference with a difference beyond "
