@@ -29,18 +29,17 @@ difference a second way, as its mean over that last third (``Trend.level``, whic
 noisy evaluation cannot move), naming the claims whose verdict differs read that way.
 Tests: ``'paired'`` (A minus B in accuracy points, protocol (a)), ``'clients'`` (the
 share of clients on which A beats B at the run's final round, minus 50%, in points: the
-papers' "76% of clients")
-and ``'target'`` (what A saves against B to first reach ``Claim.target`` mean test
-accuracy, in % of B's cost, per seed: rounds, communication = the parameters sent both
-ways until then, or computation = those rounds times the round's FLOPs from the sweep's
-``costs.json``, as the papers count them; a seed in which either never reaches the
-target leaves the claim without a verdict) and ``'gates'`` (FedMoE's gate weights on
-the test samples, from ``gates.json`` beside a run, ``write_gates``: how much more of
-their variance the clients explain (``measure='clients'``), or within each client its
-classes (``'classes'``), than chance would, in points; a one-sided claim that they
-differ) and ``'fidelity'`` (Moss: the Spearman rank correlation, per seed, between
-each client's final test accuracy and the FILE fidelity of its device type at the
-final round, ``fidelity_correlation``).
+papers' "76% of clients") and ``'target'`` (what A saves against B to first reach
+``Claim.target`` mean test accuracy, in % of B's cost, per seed: rounds, communication =
+the parameters sent both ways until then, or computation = those rounds times the
+round's FLOPs from the sweep's ``costs.json``, as the papers count them; a seed in which
+either never reaches the target leaves the claim without a verdict) and ``'gates'``
+(FedMoE's gate weights on the test samples, from ``gates.json`` beside a run,
+``write_gates``: how much more of their variance the clients explain
+(``measure='clients'``), or within each client its classes (``'classes'``), than chance
+would, in points; a one-sided claim that they differ) and ``'fidelity'`` (Moss: the
+Spearman rank correlation, per seed, between each client's final test accuracy and the
+FILE fidelity of its device type at the final round, ``fidelity_correlation``).
 """
 from __future__ import annotations
 
@@ -502,17 +501,16 @@ def figure_for(claim: Claim, runs_by_sweep: dict, out_dir: str) -> str | None:
 def _cell(r: Reading, claim: Claim) -> str:
   if claim.test == "target" and r.verdict == NOT_REACHED:
     return f"{int(np.isnan(r.diffs).sum())} of {len(r.diffs)} seeds did not reach it"
-  se = "" if math.isnan(r.se) else f" ± {r.se:.2f}"
   unit = {"target": f"% of B's {claim.measure} saved",
           "gates": " points above chance", "fidelity": " (Spearman)"}.get(claim.test, "")
-  return f"{r.mean:+.2f}{se}{unit} (n={len(r.diffs)})"
+  return f"{paired.mean_se_text(r.mean, r.se)}{unit} (n={len(r.diffs)})"
 
 
 def _trend(r: Reading) -> str:
   if r.trend is None:
     return "–"
-  se = "" if math.isnan(r.trend.se) else f" ± {r.trend.se:.2f}"
-  return f"{r.trend.direction} ({r.trend.slope:+.2f}{se} / 10 rounds)"
+  return (f"{r.trend.direction} ({paired.mean_se_text(r.trend.slope, r.trend.se)} "
+          "/ 10 rounds)")
 
 
 def window_lines(readings: Sequence[Reading]) -> list[str]:
@@ -538,7 +536,8 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
     if len(rs) > 1 and len({r.verdict for r in rs}) > 1:
       lines.append(f"{name}: the verdict changes with the budget: " + ", then ".join(
           f"{r.verdict} at round {r.round} ({r.mean:+.2f} ± {r.se:.2f})" for r in rs) + ".")
-  changed = [f"{c.id} at round {r.round}: {r.verdict} ({r.mean:+.2f} ± {r.se:.2f}), over "
+  changed = [f"{c.id} at round {r.round}: {r.verdict} "
+             f"({paired.mean_se_text(r.mean, r.se)}), over "
              f"rounds {r.trend.first}-{r.trend.last}: {r.window} "
              f"({paired.mean_se_text(r.trend.level, r.trend.level_se)})"
              for c, rs in read_rows for r in rs if r.window and r.window != r.verdict]
