@@ -535,7 +535,8 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]]) -> list[str]:
   for name, rs in budgets.items():
     if len(rs) > 1 and len({r.verdict for r in rs}) > 1:
       lines.append(f"{name}: the verdict changes with the budget: " + ", then ".join(
-          f"{r.verdict} at round {r.round} ({r.mean:+.2f} ± {r.se:.2f})" for r in rs) + ".")
+          f"{r.verdict} at round {r.round} ({paired.mean_se_text(r.mean, r.se)})"
+          for r in rs) + ".")
   changed = [f"{c.id} at round {r.round}: {r.verdict} "
              f"({paired.mean_se_text(r.mean, r.se)}), over "
              f"rounds {r.trend.first}-{r.trend.last}: {r.window} "

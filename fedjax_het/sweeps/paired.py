@@ -228,8 +228,7 @@ class Trend:
     return "rising" if self.slope > 0 else "falling"
 
   def __str__(self) -> str:
-    se = "" if math.isnan(self.se) else f" ± {self.se:.2f}"
-    return (f"{self.slope:+.2f}{se} per 10 rounds over rounds {self.first}-{self.last}: "
+    return (f"{mean_se_text(self.slope, self.se)} per 10 rounds over rounds {self.first}-{self.last}: "
             f"{self.direction}")
 
 
