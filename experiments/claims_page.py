@@ -44,7 +44,8 @@ def main(argv):
         ledger.CLAIMS, runs, page_path=OUT.value,
         figures_dir=FIGURES.value or os.path.join(RESULTS.value, "claims", "figures"),
         results=RESULTS.value, notes=ledger.NOT_TESTED, about=ledger.ABOUT,
-        command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]))
+        command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+        failures=claims.load_failures(RESULTS.value, ledger.CLAIMS))
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   tables.write_text(OUT.value, text)

@@ -506,3 +506,67 @@ def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_pa
   same = claims.Reading(12, r.diffs, r.mean, r.se, r.trend, "differs", "differs")
   assert not any(line.startswith("Read as") for line in
                  claims.summary_lines([(claim, [same])]))
+
+
+def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
+  """A seed the sweep's results.csv records as failed (a non-finite state stopped it
+  after round 1 of 2) is left out of the pairs and named in the summary and under the
+  claim's figure, with where its metrics end; a seed that another cell of the group
+  finished is not named."""
+  import json
+
+  from fedjax_het.sweeps import claims
+  from fedjax_het.sweeps import tables
+  results = str(tmp_path / "results")
+  csv_rows = []
+  for setting, seeds in (("b", (0, 1, 2)), ("a", (0, 1, 2))):
+    for seed in seeds:
+      workdir = os.path.join(results, "abl", "moss", setting, f"seed{seed}")
+      os.makedirs(workdir)
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump({"algorithm": "moss", "seed": seed}, f)
+      failed = setting == "a" and seed == 1
+      with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps({"round": t, "mean_test_acc": 0.5 + (setting == "a")
+                                 * (0.01 + 0.001 * seed)}) + "\n"
+                     for t in ((1,) if failed else (1, 2)))
+      if not failed:
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+          json.dump({"per_client_test_acc": [0.5]}, f)
+      csv_rows.append({"algorithm": "moss", "setting": setting, "seed": seed,
+                       "status": "failed: FloatingPointError" if failed else "done",
+                       "workdir": os.path.relpath(workdir, os.path.join(results, "abl"))})
+  with open(os.path.join(results, "abl", "results.csv"), "w") as f:
+    f.write(tables.csv_text(csv_rows))
+  a, b = claims.Group("abl", "moss", "a"), claims.Group("abl", "moss", "b")
+  claim = claims.Claim("S3", "no difference claimed", None, "the cut", a, b, (2,), (),
+                       direction=0)
+  runs = claims.load_sweeps(results, [claim])
+  failures = claims.load_failures(results, [claim])
+  assert [r["seed"] for r in failures["abl"]] == ["1"]
+  (r,) = claims.read(claim, runs)
+  np.testing.assert_allclose(r.diffs, [1.0, 1.2])  # seeds 0 and 2
+  text = ("moss, a, seed 1 (failed: FloatingPointError; its metrics end at round 1)")
+  assert claims.failed_runs(a, failures, runs) == [text]
+  assert claims.failed_runs(b, failures, runs) == []
+  page = claims.render([claim], runs, page_path=str(tmp_path / "claims.md"),
+                       figures_dir=os.path.join(results, "figures"), results=results,
+                       failures=failures)
+  assert (f"Runs that failed are left out of their claims' pairs: S3: {text}."
+          in page.split("| claim |")[0])
+  assert f"Failed, so not read: {text}." in page.split("### S3")[1]
+  without = claims.render([claim], runs, page_path=str(tmp_path / "c.md"),
+                          figures_dir=os.path.join(results, "figures"), results=results)
+  assert "Runs that failed" not in without and "Failed, so not read" not in without
+  # seed 1 finished in another cell of the group: the failure is not the group's
+  _seed = os.path.join(results, "more", "moss", "a", "seed1")
+  os.makedirs(_seed)
+  with open(os.path.join(_seed, "config.json"), "w") as f:
+    json.dump({"algorithm": "moss", "seed": 1}, f)
+  with open(os.path.join(_seed, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps({"round": t, "mean_test_acc": 0.511}) + "\n" for t in (1, 2))
+  with open(os.path.join(_seed, "summary.json"), "w") as f:
+    json.dump({"per_client_test_acc": [0.5]}, f)
+  both = claims.Group("abl", "moss", "a", (claims.Group("more", "moss", "a"),))
+  runs = claims.load_sweeps(results, [claims.Claim("S3", "", None, "", both, b, (2,), ())])
+  assert claims.failed_runs(both, failures, runs) == []

@@ -86,6 +86,38 @@ def test_transfer_to_same_architecture_reaches_high_fidelity():
   assert wire.fidelity(apply(same, x)[0], apply(src, x)[0]) > 0.95
 
 
+def test_wire_clip_bounds_each_step_and_keeps_a_diverging_transfer_finite():
+  """A source with large features (its weights x10) makes L_wfm's SGD steps diverge to
+  non-finite weights within 10 steps at lr=0.1, as Moss's WIRE did in one run of
+  docs/claims.md; with ``clip`` each step moves lr * clip at most and the weights stay
+  finite."""
+  net, apply = tiny_net()
+  src = jax.tree.map(lambda p: 10.0 * p, net.init(jax.random.PRNGKey(0), images(1))["params"])
+  tgt = net.init(jax.random.PRNGKey(7), images(1))["params"]
+  x = images(16, seed=3)
+  c = wire.channels(apply, src, LAYERS)
+  meta = wire.init_meta(c, LAYERS)
+  opt = optax.adam(1e-3)
+  ws = {"meta": meta, "meta_opt": opt.init(meta),
+        "reg": wire.init_regressors(jax.random.PRNGKey(2), c, c, LAYERS)}
+
+  def run(clip):
+    cfg = wire.WireConfig(LAYERS, steps=10, batch=16, lr=0.1, beta=0.5, clip=clip)
+    return jax.jit(lambda t, w: wire.transfer(cfg, opt, apply, src, apply, t, w, x,
+                                              jax.random.PRNGKey(4)))(tgt, ws)
+
+  finite = lambda tree: all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(tree))
+  assert not finite(run(0.0)[:2])
+  new, ws10, loss = run(1.0)
+  assert finite((new, ws10, loss))
+  # theta and the regressors moved at most 10 steps of lr * clip
+  moved = optax.global_norm(jax.tree.map(lambda a, b: a - b, (new, ws10["reg"]),
+                                         (tgt, ws["reg"])))
+  assert 0.1 < float(moved) <= 10 * 0.1 * 1.0 * (1 + 1e-5)
+  with pytest.raises(ValueError, match="algo.wire_clip=-1.0 must be a number >= 0"):
+    moss_lib.moss(None, learning_rate=0.1, wire_clip=-1.0)
+
+
 def test_naive_copy_overlapping_slices():
   src = {"a": jnp.ones((2, 3)), "b": jnp.ones((4,)), "only_src": jnp.ones(1)}
   tgt = {"a": jnp.zeros((3, 2)), "b": jnp.zeros((2,)), "c": jnp.zeros(2)}

@@ -120,7 +120,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
          public_size: int = 500, public_batch: int = 50, wire_steps: int = 10,
          wire_lr: float = 0.01, meta_lr: float = 1e-3, beta: float = 0.5,
          wire_layers: str = "conv1,conv2,rep",
-         public_domain: str = "held_out") -> base.Algorithm:
+         public_domain: str = "held_out", wire_clip: float = 0.0) -> base.Algorithm:
   """Builds Moss.
 
   Args:
@@ -137,6 +137,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     wire_layers: comma-separated feature names matched by WIRE.
     public_domain: 'held_out' (``public_size`` images of the clients' dataset that no
       client holds) or 'synthetic' (``public_size`` ``synthetic_images``).
+    wire_clip: global-norm bound of WIRE's SGD steps' gradients (``WireConfig.clip``);
+      0: none.
 
   Returns:
     ``Algorithm``; see docs/moss.md for ``state.server``; ``state.clients[g]`` counts the
@@ -152,6 +154,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                    wire_steps=wire_steps).items():
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"algo.{k}={v!r} must be a positive int")
+  if not isinstance(wire_clip, (int, float)) or wire_clip < 0:
+    raise ValueError(f"algo.wire_clip={wire_clip!r} must be a number >= 0 (0: no clip)")
   nc, layout = rt.layout.num_classes, rt.layout
   proxy_arch = (largest_arch(layout.archs, nc, layout.image_shape) if proxy_arch == "auto"
                 else proxy_arch)
@@ -190,7 +194,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                                        c_types[g])} for g in range(G))
     return {"types": types, "proxy": proxy, "wire": wires}
 
-  cfg = wire.WireConfig(layers, wire_steps, public_batch, wire_lr, beta)
+  cfg = wire.WireConfig(layers, wire_steps, public_batch, wire_lr, beta, float(wire_clip))
 
   def map_weights(src_apply, src, tgt_apply, tgt, ws, public_x, key):
     """One direction of WIRE (or the naive copy): returns (target, wire state, loss)."""
@@ -301,7 +305,7 @@ SPEC = base.Spec(
     lambda c, rt: moss(rt, **base.sgd_args(c), **c.algo),
     dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
          public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
-         wire_layers="conv1,conv2,rep", public_domain="held_out"),
+         wire_layers="conv1,conv2,rep", public_domain="held_out", wire_clip=0.0),
     choices=dict(proxy_arch=models.ArchitectureChoices(extra=("auto",)),
                  aggregation=AGGREGATIONS, mapping=MAPPINGS,
                  public_domain=PUBLIC_DOMAINS),

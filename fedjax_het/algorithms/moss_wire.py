@@ -11,7 +11,8 @@ Symbols (docs -> code):
 - T_L: lambda[b, n, :] = softmax_m(B[n, m] + gap(S^m) . V_m[:, n]) (``location``).
 - T_D: w^{nm}[b, :] = softmax(gap(S^m) W_{nm} + c_{nm}) (``degree``).
 - L_wfm = sum_{n,m} mean_b lambda[b,n,m] sum_c w^{nm}[b,c] mean_p (r(T^n) - S^m)^2.
-- L = L_kd + beta L_wfm; meta step: grad_phi L_kd(theta - lr grad_theta L).
+- L = L_kd + beta L_wfm; meta step: grad_phi L_kd(theta - lr grad_theta L); with
+  ``WireConfig.clip``, each gradient of an SGD step clipped to that global norm.
 """
 from __future__ import annotations
 
@@ -34,12 +35,16 @@ class WireConfig(NamedTuple):
     batch: public examples per step.
     lr: SGD step of the target and regressors (and of the look-ahead).
     beta: weight of L_wfm.
+    clip: global-norm bound of each SGD step's gradient (of the target and regressors
+      together; of the target alone in the look-ahead); 0: none, as the runs of
+      docs/claims.md (WIRE's L_wfm can grow without bound: docs/moss.md).
   """
   layers: tuple[str, ...]
   steps: int
   batch: int
   lr: float
   beta: float
+  clip: float = 0.0
 
 
 def pool_feature(f: jax.Array) -> jax.Array:
@@ -152,6 +157,11 @@ def transfer(cfg: WireConfig, meta_opt: optax.GradientTransformation,
   """
   layers = cfg.layers
 
+  def clipped(grads):
+    if not cfg.clip:
+      return grads
+    return optax.clip_by_global_norm(cfg.clip).update(grads, optax.EmptyState())[0]
+
   def source(x):
     logits, feats = src_apply(src_params, x)
     return jax.lax.stop_gradient((logits, pooled_features(feats, layers)))
@@ -162,7 +172,7 @@ def transfer(cfg: WireConfig, meta_opt: optax.GradientTransformation,
     return distillation(logits, s_logits) + cfg.beta * wfm
 
   def meta_objective(meta, theta, reg, x, s_logits, s_feats):
-    g = jax.grad(inner)(theta, reg, meta, x, s_logits, s_feats)
+    g = clipped(jax.grad(inner)(theta, reg, meta, x, s_logits, s_feats))
     ahead = jax.tree.map(lambda p, d: p - cfg.lr * d, theta, g)
     return distillation(tgt_apply(ahead, x)[0], s_logits)
 
@@ -176,6 +186,7 @@ def transfer(cfg: WireConfig, meta_opt: optax.GradientTransformation,
     meta = optax.apply_updates(ws["meta"], upd)
     loss, (g_t, g_r) = jax.value_and_grad(inner, argnums=(0, 1))(
         theta, ws["reg"], meta, x, s_logits, s_feats)
+    g_t, g_r = clipped((g_t, g_r))
     sgd = lambda p, d: p - cfg.lr * d
     theta, reg = jax.tree.map(sgd, theta, g_t), jax.tree.map(sgd, ws["reg"], g_r)
     return (theta, {"meta": meta, "meta_opt": opt_state, "reg": reg}), loss
