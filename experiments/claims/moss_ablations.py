@@ -2,14 +2,14 @@ r"""Moss S1-S3: fidelity-guided aggregation (FILE) against plain averaging of th
 (``algo.aggregation='uniform'``, Sec. 4.8.3), the weight mapping WIRE against its
 ablation (``algo.mapping='naive'``), a public set of 25% of the ledger's 200
 examples (S3) and one from another domain (S4: ``algo.public_domain='synthetic'``, smooth
-random colour fields). The ledger's cut (``protocol.py``, T = ``ROUNDS`` there). 5 seeds:
-at 3, S1 stayed within two standard errors of zero.
+random colour fields). The ledger's cut (``protocol.py``, T = ``ROUNDS`` there). 5 seeds
+(at 3, S1 was within two standard errors of zero); public 25%'s seed 3 fails at round
+61 (WIRE diverges, docs/moss.md).
 
   python experiments/sweep.py --sweep=experiments/claims/moss_ablations.py \
       --sweep_dir=results/claims/moss_ablations --seed_batch=3 --budget_min=45
 
-Cost: 25 runs; seeds 0-2 5h39m of the 2-core CPU by `sweep.py`'s plan; measured: 14 min a
-WIRE run (3 seeds on the replica axis no faster), 15 min the naive mapping's 3 seeds.
+Cost: 25 runs, 7.6 h of the 2-core CPU as run (results.md; often beside test suites).
 """
 import os
 
