@@ -426,10 +426,15 @@ def _verdict(mean: float, se: float, claim: Claim) -> str:
           else verdict(mean, se, claim.paper_points, claim.direction))
 
 
+def sweeps_read(claims: Sequence[Claim]) -> list[str]:
+  """Every sweep directory the claims' groups read, in order of first mention."""
+  return list(dict.fromkeys(s for c in claims for g in (c.a, c.b) for s in g.sweeps))
+
+
 def load_sweeps(results: str, claims: Sequence[Claim]) -> dict:
   """``{sweep: [RunData]}`` of every sweep directory the claims name that exists."""
   out = {}
-  for sweep in dict.fromkeys(s for c in claims for g in (c.a, c.b) for s in g.sweeps):
+  for sweep in sweeps_read(claims):
     path = os.path.join(results, sweep)
     out[sweep] = load_runs(path) if os.path.isdir(path) else []
   return out
@@ -440,7 +445,7 @@ def load_failures(results: str, claims: Sequence[Claim]) -> dict:
   each sweep the claims name recorded as failed (e.g. ``'failed: FloatingPointError'``:
   a run stopped by a non-finite state; its checkpoints stay for a look)."""
   out = {}
-  for sweep in dict.fromkeys(s for c in claims for g in (c.a, c.b) for s in g.sweeps):
+  for sweep in sweeps_read(claims):
     path = os.path.join(results, sweep, "results.csv")
     if os.path.exists(path):
       with open(path, newline="") as f:
