@@ -26,4 +26,6 @@ def get_config(arg=None):
   c.algo.rep_dim = 500
   c.algo.svd_energy_start = 0.95
   c.algo.svd_energy_end = 0.98
+  c.algo.evaluate = "private"  # or "shared" (docs/fidelity.md)
+  c.algo.kl_reduction = "batchmean"  # or "mean" (KL averaged over classes)
   return apply_variant(c, arg)

@@ -27,4 +27,5 @@ def get_config(arg=None):
   c.algo.m_hf = 1.0
   c.algo.use_mrl = True
   c.algo.inference = "mix-large"
+  c.algo.aggregation = "paper"  # or "last_client", the authors' code (docs/fidelity.md)
   return apply_variant(c, arg)

@@ -23,4 +23,5 @@ def get_config(arg=None):
   c.learning_rate = 0.01
   c.algo.lamda = 1.0
   c.algo.inference = "prototype"
+  c.algo.prototype_memory = True  # False: HtFLlib's (docs/fidelity.md)
   return apply_variant(c, arg)

@@ -23,4 +23,6 @@ def get_config(arg=None):
   c.algo.beta = 0.5
   c.algo.small_arch = "cnn5"
   c.algo.rep_dim = 500
+  c.algo.evaluate = "private"  # or "shared" (docs/fidelity.md)
+  c.algo.kl_reduction = "batchmean"  # or "mean" (KL averaged over classes)
   return apply_variant(c, arg)

@@ -36,6 +36,8 @@ def get_config(arg=None):
   c.algo.meta_lr = 1e-3
   c.algo.beta = 0.5
   c.algo.wire_layers = "conv1,conv2,rep"
+  c.algo.public_domain = "held_out"  # or "synthetic" (docs/moss.md)
+  c.algo.wire_clip = 0.0  # no clip of WIRE's steps (docs/moss.md)
   c = apply_variant(c, arg)
   if arg == "smoke":  # a few WIRE steps on a small public set keep CPU runs short
     c.algo.public_size = 64

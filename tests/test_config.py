@@ -141,3 +141,14 @@ def test_data_sizes_are_checked_before_any_data_is_read(overrides, match):
 def test_a_partition_file_holds_out_no_public_set_itself():
   validation.validate(_cfg(**{"data.public": 59995, "partition.kind": "file",
                               "partition.path": "/nonexistent/p.npz"}))
+
+
+def test_an_algorithms_config_file_lists_every_switch_at_its_default():
+  """``--config.algo.<key>=...`` reaches a key only if the experiment's config file has
+  it (the command line refuses others): every hyper-parameter of the algorithm, at the
+  default the algorithm's function takes."""
+  from fedjax_het.algorithms import SPECS
+  from fedjax_het.config_files import load_config_file
+  for name, spec in sorted(SPECS.items()):
+    algo = load_config_file(os.path.join(ROOT, "experiments", f"{name}.py")).algo
+    assert dict(algo) == spec.hparams, name

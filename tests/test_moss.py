@@ -181,6 +181,11 @@ def test_moss_without_a_held_out_public_set_is_refused_before_data(tiny_config):
   with pytest.raises(ValueError, match=r"algo.public_size=500"):
     validation.validate(tiny_config("moss", "tiny", {"data.public": 100}))
   validation.validate(tiny_config("moss", "tiny", {"data.public": 500}))
+  for bad in (-1.0, True):
+    with pytest.raises(ValueError, match=r"algo.wire_clip=.* must be a number >= 0"):
+      validation.validate(tiny_config("moss", "tiny", {"data.public": 500,
+                                                       "algo.wire_clip": bad}))
+  validation.validate(tiny_config("moss", "tiny", {"data.public": 500, "algo.wire_clip": 50}))
 
 
 def test_synthetic_images_are_fixed_smooth_colour_fields():

@@ -154,8 +154,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                    wire_steps=wire_steps).items():
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"algo.{k}={v!r} must be a positive int")
-  if not isinstance(wire_clip, (int, float)) or wire_clip < 0:
-    raise ValueError(f"algo.wire_clip={wire_clip!r} must be a number >= 0 (0: no clip)")
+  check_wire_clip(wire_clip)
   nc, layout = rt.layout.num_classes, rt.layout
   proxy_arch = (largest_arch(layout.archs, nc, layout.image_shape) if proxy_arch == "auto"
                 else proxy_arch)
@@ -286,6 +285,19 @@ def type_average(uploads, weights: jax.Array, previous):
   return cl.select_tree(jnp.sum(weights) > 0, cl.weighted_mean(uploads, weights), previous)
 
 
+def check_wire_clip(wire_clip) -> None:
+  """``algo.wire_clip`` is a number >= 0 (0: WIRE's steps are not clipped)."""
+  if isinstance(wire_clip, bool) or not isinstance(wire_clip, (int, float)) or wire_clip < 0:
+    raise ValueError(f"algo.wire_clip={wire_clip!r} must be a number >= 0 (0: no clip)")
+
+
+def check_config(config) -> None:
+  """What Moss checks of a config before any data is read: ``algo.wire_clip`` and the
+  public set (``check_public``)."""
+  check_wire_clip(config.algo.get("wire_clip", SPEC.hparams["wire_clip"]))
+  check_public(config)
+
+
 def check_public(config) -> None:
   """Moss needs a public set that no client holds: ``data.public >= algo.public_size``.
 
@@ -309,4 +321,4 @@ SPEC = base.Spec(
     choices=dict(proxy_arch=models.ArchitectureChoices(extra=("auto",)),
                  aggregation=AGGREGATIONS, mapping=MAPPINGS,
                  public_domain=PUBLIC_DOMAINS),
-    check=lambda c: check_public(c))
+    check=lambda c: check_config(c))
