@@ -228,8 +228,8 @@ class Trend:
     return "rising" if self.slope > 0 else "falling"
 
   def __str__(self) -> str:
-    return (f"{mean_se_text(self.slope, self.se)} per 10 rounds over rounds {self.first}-{self.last}: "
-            f"{self.direction}")
+    return (f"{mean_se_text(self.slope, self.se)} per 10 rounds over rounds "
+            f"{self.first}-{self.last}: {self.direction}")
 
 
 def trend(rounds: np.ndarray, diffs: np.ndarray, *, upto: int | None = None,
