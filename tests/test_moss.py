@@ -61,16 +61,23 @@ def test_location_rows_are_distributions_and_degree_too():
       np.testing.assert_allclose(jnp.sum(deg[n][m], -1), 1.0, atol=1e-5)
 
 
-def test_transfer_to_same_architecture_reaches_high_fidelity():
+def wire_start(num_images, src_scale=1.0):
+  """A tiny source (its weights times ``src_scale``) and a fresh target of its
+  architecture, public images, the meta optimizer and a fresh WIRE state."""
   net, apply = tiny_net()
-  src = net.init(jax.random.PRNGKey(0), images(1))["params"]
+  src = jax.tree.map(lambda p: src_scale * p,
+                     net.init(jax.random.PRNGKey(0), images(1))["params"])
   tgt = net.init(jax.random.PRNGKey(7), images(1))["params"]
-  x = images(32, seed=3)
   c = wire.channels(apply, src, LAYERS)
   meta = wire.init_meta(c, LAYERS)
   opt = optax.adam(1e-3)
   ws = {"meta": meta, "meta_opt": opt.init(meta),
         "reg": wire.init_regressors(jax.random.PRNGKey(2), c, c, LAYERS)}
+  return apply, src, tgt, images(num_images, seed=3), opt, ws
+
+
+def test_transfer_to_same_architecture_reaches_high_fidelity():
+  apply, src, tgt, x, opt, ws = wire_start(num_images=32)
   cfg = wire.WireConfig(LAYERS, steps=40, batch=16, lr=0.5, beta=0.1)
   run = jax.jit(lambda t, w: wire.transfer(cfg, opt, apply, src, apply, t, w, x,
                                            jax.random.PRNGKey(4)))
@@ -91,15 +98,7 @@ def test_wire_clip_bounds_each_step_and_keeps_a_diverging_transfer_finite():
   non-finite weights within 10 steps at lr=0.1, as Moss's WIRE did in one run of
   docs/claims.md; with ``clip`` each step moves lr * clip at most and the weights stay
   finite."""
-  net, apply = tiny_net()
-  src = jax.tree.map(lambda p: 10.0 * p, net.init(jax.random.PRNGKey(0), images(1))["params"])
-  tgt = net.init(jax.random.PRNGKey(7), images(1))["params"]
-  x = images(16, seed=3)
-  c = wire.channels(apply, src, LAYERS)
-  meta = wire.init_meta(c, LAYERS)
-  opt = optax.adam(1e-3)
-  ws = {"meta": meta, "meta_opt": opt.init(meta),
-        "reg": wire.init_regressors(jax.random.PRNGKey(2), c, c, LAYERS)}
+  apply, src, tgt, x, opt, ws = wire_start(num_images=16, src_scale=10.0)
 
   def run(clip):
     cfg = wire.WireConfig(LAYERS, steps=10, batch=16, lr=0.1, beta=0.5, clip=clip)
