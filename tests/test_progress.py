@@ -114,6 +114,8 @@ def test_cpu_hint():
   assert "':cpu' variant" in p.estimate(30.0, 20.0, "cpu")
   assert "':cpu' variant" not in p.estimate(30.0, 2.0, "cpu")
   assert "':cpu' variant" not in p.estimate(30.0, 20.0, "gpu")
+  quiet = metrics.Progress(100, 0, print, clock=FakeClock(), cpu_hint=False)
+  assert "':cpu' variant" not in quiet.estimate(30.0, 20.0, "cpu")
 
 
 def test_format_seconds():

@@ -325,6 +325,21 @@ def test_second_sweep_skips_finished_and_resumes_unfinished(tiny_sweep, monkeypa
   assert [r["final_mean_test_acc"] for r in again] == [r["final_mean_test_acc"] for r in rows]
 
 
+def test_a_sweeps_runs_do_not_suggest_the_cpu_variant(tiny_config, tmp_path, monkeypatch):
+  # every CPU run long enough to hint; run directly it names the ':cpu' variants, run by
+  # the sweep (whose file fixes the configs) it does not
+  monkeypatch.setattr(metrics_lib, "CPU_HINT_S", -1.0)
+  config = tiny_config(overrides={"num_rounds": 3, "eval_every": 1})
+  direct = []
+  loop.run(config, str(tmp_path / "direct"), log=direct.append)
+  assert any(line.startswith("compiled in") and "':cpu' variant" in line for line in direct)
+  swept = []
+  run = plan_lib.Run("standalone", "N=8", 0, config, str(tmp_path / "swept"))
+  assert isinstance(sweep.run_batch([run], swept.append)[0], dict)
+  assert any(line.startswith("compiled in") for line in swept)
+  assert not any("':cpu' variant" in line for line in swept)
+
+
 def _png_size(path):
   assert os.path.getsize(path) > 0
   img = mpimg.imread(path)

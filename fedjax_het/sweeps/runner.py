@@ -134,19 +134,21 @@ def run_batch(batch: Sequence[Run], log: Callable[[str], None],
   that fails (one seed's non-finite loss stops the program), is run again seed by seed,
   each resuming from its own checkpoint, so the healthy seeds finish. A run that passes
   the ``deadline`` raises ``loop.DeadlineReached`` (checkpointed). ``on_progress`` goes
-  to the loop (``(rounds completed, num_rounds)`` after every dispatch).
+  to the loop (``(rounds completed, num_rounds)`` after every dispatch). The loop's
+  hint at the ':cpu' config variants is off: the sweep file fixes the configs.
   """
   if len(batch) > 1:
     try:
       return loop.run_seeds([r.config for r in batch], [r.workdir for r in batch],
-                            log=log, deadline=deadline, on_progress=on_progress)
+                            log=log, deadline=deadline, on_progress=on_progress,
+                            cpu_hint=False)
     except (loop.SeedsNotAligned, *RUN_ERRORS) as err:
       log(f"seeds run one by one ({type(err).__name__}: {err})")
   out = []
   for r in batch:
     try:
       out.append(loop.run(r.config, r.workdir, log=log, deadline=deadline,
-                          on_progress=on_progress))
+                          on_progress=on_progress, cpu_hint=False))
     except RUN_ERRORS as err:
       out.append(err)
   return out

@@ -55,7 +55,8 @@ class DeadlineReached(Exception):
 def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = False,
         log: Callable[[str], None] = print, build=None,
         deadline: float | None = None,
-        on_progress: Callable[[int, int], None] | None = None) -> dict:
+        on_progress: Callable[[int, int], None] | None = None,
+        cpu_hint: bool = True) -> dict:
   """Runs (or resumes) an experiment and returns its summary.
 
   In a multi-process run (``jax.distributed`` initialized first, see
@@ -75,19 +76,23 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, fresh_start: bool = 
       than about one round); None: no limit.
     on_progress: called after every dispatch (on process 0) with ``(rounds completed,
       num_rounds)``; a sweep projects its ETA from it.
+    cpu_hint: a long CPU run's estimate line names the ':cpu' config variants
+      (``metrics.Progress``); a sweep turns it off.
 
   Returns:
     The summary dict also written to ``summary.json``.
   """
   exp = prepare(config, build)  # all validation and data errors happen here
   return _run_program([exp], [workdir], exp.data, None, fresh_start=fresh_start,
-                      log=log, deadline=deadline, on_progress=on_progress)[0]
+                      log=log, deadline=deadline, on_progress=on_progress,
+                      cpu_hint=cpu_hint)[0]
 
 
 def run_seeds(configs, workdirs, *, fresh_start: bool = False,
               log: Callable[[str], None] = print, build=None,
               deadline: float | None = None,
-              on_progress: Callable[[int, int], None] | None = None) -> list[dict]:
+              on_progress: Callable[[int, int], None] | None = None,
+              cpu_hint: bool = True) -> list[dict]:
   """Runs S configs that differ only in ``seed`` as ONE compiled program.
 
   Every seed has its own partition, initialisation, client sampling and augmentation
@@ -107,7 +112,7 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
   Args:
     configs: S configs, equal but for ``seed``.
     workdirs: S distinct output directories.
-    fresh_start, log, build, deadline, on_progress: as ``run``.
+    fresh_start, log, build, deadline, on_progress, cpu_hint: as ``run``.
 
   Returns:
     The S summaries, in the order of ``configs``.
@@ -117,7 +122,7 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
                      "expected one workdir per config")
   if len(configs) == 1:
     return [run(configs[0], workdirs[0], fresh_start=fresh_start, log=log, build=build,
-                deadline=deadline, on_progress=on_progress)]
+                deadline=deadline, on_progress=on_progress, cpu_hint=cpu_hint)]
   if len({os.path.abspath(w) for w in workdirs}) < len(workdirs):
     raise ValueError(f"run_seeds: the workdirs must differ; got {list(workdirs)}")
   if jax.process_count() > 1:
@@ -127,7 +132,7 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
   check_replicas(exps)
   data, axes = replica_data(exps)
   return _run_program(exps, workdirs, data, axes, fresh_start=fresh_start, log=log,
-                      deadline=deadline, on_progress=on_progress)
+                      deadline=deadline, on_progress=on_progress, cpu_hint=cpu_hint)
 
 
 def check_replicas(exps: list[Experiment]) -> None:
@@ -285,7 +290,8 @@ def _summaries(runs: list[RunFiles], rounds: int, timing: dict, state, data, dat
 
 def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_start: bool,
                  log: Callable[[str], None], deadline: float | None = None,
-                 on_progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                 on_progress: Callable[[int, int], None] | None = None,
+                 cpu_hint: bool = True) -> list[dict]:
   """The loop of ``run`` (one experiment, ``data_axes`` None) and ``run_seeds`` (several).
 
   Trains in dispatches of ``dispatch_size`` rounds, up to ``next_stop`` at most, and
@@ -312,7 +318,7 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
     seeds = (f" | seeds {', '.join(str(e.config.seed) for e in exps)} on a replica axis"
              if batched else "")
     log(describe(exp, r) + seeds)
-  progress = metrics_lib.Progress(config.num_rounds, r, log)
+  progress = metrics_lib.Progress(config.num_rounds, r, log, cpu_hint=cpu_hint)
   t0 = time.perf_counter()
   timing = {"first_dispatch_s": None, "round_s": None}
   while r < config.num_rounds:

@@ -75,11 +75,15 @@ class Progress:
     start_round: rounds completed before this process started (a resumed run).
     log: where lines go.
     clock: seconds (``time.perf_counter``; tests pass a fake one).
+    cpu_hint: on a CPU run estimated to last over ``CPU_HINT_S``, name the ':cpu'
+      variant of the experiment configs (off in a sweep: its sweep file fixes the
+      configs).
   """
 
   def __init__(self, total_rounds: int, start_round: int, log: Callable[[str], None],
-               clock: Callable[[], float] = time.perf_counter):
+               clock: Callable[[], float] = time.perf_counter, *, cpu_hint: bool = True):
     self.total, self.start, self.log, self.clock = total_rounds, start_round, log, clock
+    self.cpu_hint = cpu_hint
     self.t0 = clock()
     self.timed_from = None  # (round, clock) at the end of the first dispatch
     self.acc, self.acc_round = None, None
@@ -125,7 +129,7 @@ class Progress:
     left = (self.total - self.start - 2) * round_s
     line = (f"compiled in {format_s(max(first_s - round_s, 0.0))}; {round_s:.2f} s per "
             f"round, about {format_s(left)} to go")
-    if backend == "cpu" and left > CPU_HINT_S:
+    if self.cpu_hint and backend == "cpu" and left > CPU_HINT_S:
       line += ("; on a CPU, the ':cpu' variant of an experiment config "
                "(--config=experiments/<algorithm>.py:cpu) finishes in minutes")
     return line
