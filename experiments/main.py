@@ -17,6 +17,7 @@ from ml_collections import config_flags
 
 from fedjax_het import cli
 from fedjax_het import distributed
+from fedjax_het.training import checkpoint
 from fedjax_het.training import compile_cache
 from fedjax_het.training import loop
 
@@ -54,7 +55,7 @@ def main(argv):
   try:
     summary = loop.run(_CONFIG.value, _WORKDIR.value, fresh_start=_FRESH.value,
                        log=lambda s: print(s, flush=True))
-  except (ValueError, FileNotFoundError, FloatingPointError) as err:
+  except (ValueError, FileNotFoundError, FloatingPointError, checkpoint.DiskFull) as err:
     fail(err)
   if distributed.is_primary():
     sampled = ("" if "best_sampled_test_acc" not in summary else

@@ -1,4 +1,5 @@
 """Reliability: SIGKILL and resume, corrupted checkpoints, bad input, numerical faults."""
+import errno
 import json
 import os
 import subprocess
@@ -210,6 +211,76 @@ def test_a_relative_checkpoint_directory_restores(tmp_path, monkeypatch):
   ckpt.close()
   np.testing.assert_array_equal(restored["w"], [0.0, 1.0, 2.0])
   assert not os.path.exists(tmp_path / "run" / "checkpoints.corrupted")
+
+
+# tensorstore's words, as orbax passed them on when a claims sweep filled its disk
+ENOSPC_TEXT = ('RESOURCE_EXHAUSTED: Error writing "clients.0.opt_state.2.0.trace.local.'
+               'extractor.conv2.kernel/0.0.0.0.0" in OCDBT database at local file "x/": '
+               'Failed to write 81678336 bytes to file 17: No space left on device '
+               "[os_error_code='28']")
+
+
+def _save_fails_at(monkeypatch, step, error):
+  """orbax's save of ``step`` leaves a half-written step directory and raises ``error``."""
+  import orbax.checkpoint as ocp
+  real = ocp.CheckpointManager.save
+
+  def save(self, at, *args, **kwargs):
+    if at != step:
+      return real(self, at, *args, **kwargs)
+    os.makedirs(os.path.join(os.fspath(self.directory), f"{at}.orbax-checkpoint-tmp-7",
+                             "state"))
+    raise error
+
+  monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+
+
+def test_a_full_disk_removes_the_half_step_and_names_the_one_kept(tmp_path, monkeypatch):
+  from fedjax_het.training import checkpoint as ckpt_lib
+  directory = tmp_path / "checkpoints"
+  ckpt = ckpt_lib.Checkpointer(str(directory), max_to_keep=2, fingerprint={"a": 1})
+  state = {"w": jnp.arange(3.0)}
+  _save_fails_at(monkeypatch, 1, ValueError(ENOSPC_TEXT))
+  with pytest.raises(ckpt_lib.DiskFull, match=r"round 1 not written .*no space left on "
+                     r"device .*no earlier checkpoint: free space and rerun"):
+    ckpt.save(1, state, {"round": 1})
+  assert os.listdir(directory) == []
+  monkeypatch.undo()
+  ckpt.save(1, state, {"round": 1})
+  for error in (ValueError(ENOSPC_TEXT), OSError(errno.ENOSPC, "No space left on device")):
+    _save_fails_at(monkeypatch, 2, error)
+    with pytest.raises(ckpt_lib.DiskFull,
+                       match=r"checkpoint of round 2 not written to .*checkpoints: no space "
+                       r"left on device \(\d+ MiB free there now\); the newest complete "
+                       r"checkpoint, round 1, is kept: free space and rerun") as raised:
+      ckpt.save(2, state, {"round": 2})
+    assert raised.value.errno == errno.ENOSPC and raised.value.__cause__ is error
+    assert os.listdir(directory) == ["1"] and ckpt.steps() == [1]
+  _save_fails_at(monkeypatch, 2, ValueError("something else"))
+  with pytest.raises(ValueError, match="^something else$"):  # other errors pass unchanged
+    ckpt.save(2, state, {"round": 2})
+  monkeypatch.undo()
+  restored, meta = ckpt.restore_latest(jax.eval_shape(lambda: state))
+  ckpt.close()
+  assert meta["round"] == 1
+  np.testing.assert_array_equal(restored["w"], [0.0, 1.0, 2.0])
+
+
+def test_a_run_that_fills_the_disk_stops_and_its_rerun_resumes(tiny_config, tmp_path,
+                                                               monkeypatch):
+  from fedjax_het.sweeps import runner
+  from fedjax_het.sweeps.plan import Run
+  from fedjax_het.training import checkpoint as ckpt_lib
+  config = tiny_config(overrides={"num_rounds": 3, "checkpoint_every": 1})
+  _save_fails_at(monkeypatch, 2, ValueError(ENOSPC_TEXT))
+  run = Run("standalone", "N=8", 0, config, str(tmp_path / "run"))
+  with pytest.raises(ckpt_lib.DiskFull, match="round 1, is kept"):
+    runner.run_batch([run], lambda line: None)  # not a failed run: the sweep stops on it
+  monkeypatch.undo()
+  logs = []
+  loop.run(config, str(tmp_path / "run"), log=logs.append)
+  assert logs[0].startswith("resumed from round 1")
+  assert [r["round"] for r in _rows(tmp_path / "run")] == [1, 2, 3]
 
 
 def test_prune_keeps_the_last_step_none_or_all(tmp_path):

@@ -335,8 +335,8 @@ def cli(configs_dir: str | None = None) -> None:
                        deadline=(time.time() + 60 * budget_flag.value
                                  if budget_flag.value > 0 else None),
                        configs_dir=configs_dir, keep_checkpoints=keep_flag.value)
-    except (ValueError, FileNotFoundError) as err:
-      cli_lib.fail(err)
+    except (ValueError, FileNotFoundError, ckpt_lib.DiskFull) as err:
+      cli_lib.fail(err)  # a full disk stops the sweep: every later run would hit it
     failed = [r for r in rows if r["status"] != "done"]
     left = len(plan(sweep, sweep_dir, configs_dir=configs_dir)) - len(rows)
     print(f"{len(rows) - len(failed)} runs done, {len(failed)} failed"

@@ -3,7 +3,9 @@
 ``CheckpointManager`` with ``StandardSave``/``StandardRestore`` for the state and
 ``JsonSave`` for the metadata (round, cumulative counters, the config fingerprint).
 Orbax writes a step into a temporary directory and renames it when complete, so a
-killed write leaves no half step behind; a step that fails to restore anyway
+killed write leaves no half step behind; a write that runs out of disk space removes
+its half-written step and raises ``DiskFull`` (the newest complete step stays, and a
+rerun resumes from it); a step that fails to restore anyway
 (corrupted files) is skipped with a warning, moved aside to ``<directory>.corrupted/``
 (so the resumed run can write that step again), and the one before it is used.
 
@@ -12,6 +14,7 @@ coordinates the processes and each writes its own shards into the shared directo
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -26,6 +29,28 @@ PyTree = Any
 
 class ConfigMismatchError(ValueError):
   """The checkpoint directory belongs to a run with a different configuration."""
+
+
+class DiskFull(OSError):
+  """A checkpoint step could not be written for lack of disk space (nothing a rerun of
+  the same runs could mend before space is freed: a sweep stops on it)."""
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.errno = errno.ENOSPC
+
+
+def is_disk_full(err: BaseException) -> bool:
+  """Whether ``err`` (or an error it was raised from) is "no space left on device":
+  an ``OSError`` with ``ENOSPC``, or tensorstore's ``RESOURCE_EXHAUSTED`` message, which
+  orbax passes on as a ValueError naming the OS error."""
+  while err is not None:
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+      return True
+    if "No space left on device" in str(err):
+      return True
+    err = err.__cause__ or err.__context__
+  return False
 
 
 def fingerprint_diff(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
@@ -66,11 +91,34 @@ class Checkpointer:
     return sorted(self.manager.all_steps())
 
   def save(self, step: int, state: PyTree, meta: dict) -> None:
-    """Writes step ``step`` (blocking until it is on disk)."""
+    """Writes step ``step`` (blocking until it is on disk).
+
+    Raises:
+      DiskFull: the disk filled up during the write; its half-written step is removed
+        (freeing what it took) and the newest complete step is named in the message.
+    """
     meta = dict(meta, fingerprint=self.fingerprint)
-    self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
-    self.manager.wait_until_finished()
+    try:
+      self.manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+      self.manager.wait_until_finished()
+    except Exception as err:  # noqa: BLE001 - re-raised unless the disk is full
+      if not is_disk_full(err):
+        raise
+      directory = os.fspath(self.manager.directory)
+      if distributed.is_primary():
+        for name in os.listdir(directory):
+          if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+      self.manager.reload()
+      steps = self.steps()
+      kept = (f"the newest complete checkpoint, round {steps[-1]}, is kept: free space "
+              "and rerun the same command to resume from it" if steps else
+              "no earlier checkpoint: free space and rerun the same command to start over")
+      free = shutil.disk_usage(directory).free / 2**20
+      raise DiskFull(f"checkpoint of round {step} not written to {directory}: "
+                     f"no space left on device ({free:.0f} MiB free there now); "
+                     f"{kept}") from err
 
   def restore_latest(self, abstract_state: PyTree) -> tuple[PyTree, dict] | None:
     """The newest readable step as ``(state, meta)``, or None when there is none.
