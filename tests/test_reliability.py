@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -259,6 +260,16 @@ def test_a_full_disk_removes_the_half_step_and_names_the_one_kept(tmp_path, monk
   _save_fails_at(monkeypatch, 2, ValueError("something else"))
   with pytest.raises(ValueError, match="^something else$"):  # other errors pass unchanged
     ckpt.save(2, state, {"round": 2})
+  os.rename(directory / "2.orbax-checkpoint-tmp-7", tmp_path / "left")  # orbax's to mend
+  # a step that would not fit (less free space than the newest step takes) is not begun
+  _save_fails_at(monkeypatch, 2, AssertionError("the write was begun"))
+  monkeypatch.setattr(ckpt_lib.shutil, "disk_usage", lambda path: types.SimpleNamespace(
+      free=ckpt_lib._size(str(directory / "1")) - 1))
+  with pytest.raises(ckpt_lib.DiskFull, match=r"round 2 not written to .*checkpoints: it "
+                     r"needs about \d+\.\d MiB \(the size of round 1's\) and \d+\.\d MiB are "
+                     r"free there; the newest complete checkpoint, round 1, is kept"):
+    ckpt.save(2, state, {"round": 2})
+  assert os.listdir(directory) == ["1"]
   monkeypatch.undo()
   restored, meta = ckpt.restore_latest(jax.eval_shape(lambda: state))
   ckpt.close()

@@ -3,11 +3,12 @@
 ``CheckpointManager`` with ``StandardSave``/``StandardRestore`` for the state and
 ``JsonSave`` for the metadata (round, cumulative counters, the config fingerprint).
 Orbax writes a step into a temporary directory and renames it when complete, so a
-killed write leaves no half step behind; a write that runs out of disk space removes
-its half-written step and raises ``DiskFull`` (the newest complete step stays, and a
-rerun resumes from it); a step that fails to restore anyway
-(corrupted files) is skipped with a warning, moved aside to ``<directory>.corrupted/``
-(so the resumed run can write that step again), and the one before it is used.
+killed write leaves no half step behind. A step that would not fit on the disk is not
+begun, and one that runs out of space midway is removed: either raises ``DiskFull``
+(the newest complete step stays; a rerun resumes from it). A step that fails to restore
+anyway (corrupted files) is skipped with a warning, moved aside to
+``<directory>.corrupted/`` (so the resumed run can write that step again), and the one
+before it is used.
 
 Multi-process runs: every process calls ``save`` and ``restore_latest`` (orbax
 coordinates the processes and each writes its own shards into the shared directory).
@@ -94,10 +95,21 @@ class Checkpointer:
     """Writes step ``step`` (blocking until it is on disk).
 
     Raises:
-      DiskFull: the disk filled up during the write; its half-written step is removed
-        (freeing what it took) and the newest complete step is named in the message.
+      DiskFull: before writing, when the disk has less free space than the newest step
+        takes (the new one is as large, and orbax removes an old one only after); or
+        when the disk filled up during the write, whose half-written step is then
+        removed. The message names the newest complete step, which is kept.
     """
     meta = dict(meta, fingerprint=self.fingerprint)
+    directory = os.fspath(self.manager.directory)
+    steps = self.steps()
+    if steps:
+      needed = _size(os.path.join(directory, str(steps[-1])))
+      free = shutil.disk_usage(directory).free
+      if not distributed.all_true(free >= needed):  # every process stops, or none
+        raise DiskFull(self._not_written(
+            step, f"it needs about {needed / 2**20:.1f} MiB (the size of round "
+            f"{steps[-1]}'s) and {free / 2**20:.1f} MiB are free there"))
     try:
       self.manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
@@ -105,20 +117,23 @@ class Checkpointer:
     except Exception as err:  # noqa: BLE001 - re-raised unless the disk is full
       if not is_disk_full(err):
         raise
-      directory = os.fspath(self.manager.directory)
       if distributed.is_primary():
         for name in os.listdir(directory):
           if name.startswith(f"{step}.orbax-checkpoint-tmp"):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
       self.manager.reload()
-      steps = self.steps()
-      kept = (f"the newest complete checkpoint, round {steps[-1]}, is kept: free space "
-              "and rerun the same command to resume from it" if steps else
-              "no earlier checkpoint: free space and rerun the same command to start over")
-      free = shutil.disk_usage(directory).free / 2**20
-      raise DiskFull(f"checkpoint of round {step} not written to {directory}: "
-                     f"no space left on device ({free:.0f} MiB free there now); "
-                     f"{kept}") from err
+      free = shutil.disk_usage(directory).free
+      raise DiskFull(self._not_written(
+          step, f"no space left on device ({free / 2**20:.0f} MiB free there now)")) from err
+
+  def _not_written(self, step: int, why: str) -> str:
+    """DiskFull's message: the step, why, and the newest complete step (kept)."""
+    steps = self.steps()
+    kept = (f"the newest complete checkpoint, round {steps[-1]}, is kept: free space and "
+            "rerun the same command to resume from it" if steps else
+            "no earlier checkpoint: free space and rerun the same command to start over")
+    return (f"checkpoint of round {step} not written to "
+            f"{os.fspath(self.manager.directory)}: {why}; {kept}")
 
   def restore_latest(self, abstract_state: PyTree) -> tuple[PyTree, dict] | None:
     """The newest readable step as ``(state, meta)``, or None when there is none.
