@@ -121,7 +121,10 @@ class Checkpointer:
         for name in os.listdir(directory):
           if name.startswith(f"{step}.orbax-checkpoint-tmp"):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-      self.manager.reload()
+      try:
+        self.manager.reload()  # orbax's list of steps, without the one removed
+      except Exception as reload_err:  # noqa: BLE001 - the full disk is what to report
+        logging.warning("checkpoint steps not reloaded after a full disk: %s", reload_err)
       free = shutil.disk_usage(directory).free
       raise DiskFull(self._not_written(
           step, f"no space left on device ({free / 2**20:.0f} MiB free there now)")) from err
