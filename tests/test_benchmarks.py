@@ -202,3 +202,44 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
     with pytest.raises(SystemExit):
       compile_time.main(bad)
     assert says in capsys.readouterr().err
+
+
+SWEEP = """import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.algorithms = ["standalone"]
+  c.variant = "smoke"
+  c.settings = ml_collections.ConfigDict({"N=4": {"num_clients": 4}},
+                                         allow_dotted_keys=True)
+  c.seeds = (0, 1)
+  c.base_overrides = ml_collections.ConfigDict(
+      {"data": {"path": %r}, "models": "tiny", "runtime": {"num_devices": 1}})
+  c.algorithm_overrides = ml_collections.ConfigDict({}, allow_dotted_keys=True)
+  return c
+"""
+
+
+@pytest.mark.parametrize("way", ["both", "replica"])
+def test_replicas_times_each_way_and_reports_the_peak_memory(tmp_path, synthetic_npz,
+                                                             capsys, way):
+  import replicas
+  sweep = tmp_path / "sweep.py"
+  sweep.write_text(SWEEP % synthetic_npz)
+  replicas.main([f"--sweep={sweep}", "--algorithm=standalone", "--seeds=0,1",
+                 "--rounds=1", f"--way={way}"])
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == "standalone | N=4 | seeds 0,1 | 1 rounds"
+  assert lines[-1].startswith(f"peak resident memory of this process ({way}): ")
+  assert float(lines[-1].split(": ")[1].split()[0]) > 0
+  finals = r"final mean test acc per seed \d+\.\d\d / \d+\.\d\d %"
+  if way == "both":
+    assert re.fullmatch(r"separate runs: \d+\.\d s", lines[1])
+    m = re.fullmatch(r"replica axis: \d+\.\d s; separate / replica = \d+\.\d\dx; "
+                     + finals + r", largest difference to the separate runs "
+                     r"(\d+\.\d+) points", lines[2])
+    assert m and float(m.group(1)) < 0.01, lines[2]
+  else:
+    assert len(lines) == 3
+    assert re.fullmatch(r"replica axis: \d+\.\d s; " + finals, lines[1])

@@ -7,11 +7,14 @@ import time
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import SHARDED
 from conftest import make_tiny_config
 
+from fedjax_het import sharding
+from fedjax_het.algorithms import State
 from fedjax_het.data import federated
 from fedjax_het.sweeps import runner
 from fedjax_het.sweeps.plan import Run
@@ -113,6 +116,47 @@ def test_map_replicas_sequential_equals_vmap_with_shared_and_stacked_data():
   chex.assert_trees_all_close(outs[0], outs[1])
   chex.assert_trees_all_close(outs[0][0], np.array([10.0 + 15.0, 20.0 + 45.0]))
   chex.assert_shape(outs[0][1], (2, 2))
+
+
+def test_sequential_replicas_overwrite_the_stacked_state_in_place():
+  """Inside a dispatch's loop XLA:CPU's sequential map holds no second stacked state:
+  each replica's new state overwrites its slot (a lax.map's outputs were a new S x state
+  buffer every round: 4.8 GB more for an N = 100 FedMRL pair)."""
+  num, size = 3, 1 << 18
+  axes = federated.FederatedData(x=None, y=0, groups=())
+  data = federated.FederatedData(x=np.zeros(2, np.float32),
+                                 y=np.ones((num, 2), np.float32), groups=())
+  fn = lambda s, d: (jnp.sin(s) * d.y[0], jnp.sum(s))  # noqa: E731
+  state = jax.ShapeDtypeStruct((num, size), jnp.float32)
+  temp = {}
+  for p in ("sequential", "vmap"):
+    mapped = program.map_replicas(fn, axes, p)
+    rounds = lambda s, d, n, mapped=mapped: jax.lax.fori_loop(  # noqa: E731
+        0, n, lambda i, s: mapped(s, d)[0], s)
+    compiled = jax.jit(rounds, donate_argnums=0).lower(state, data, 2).compile()
+    temp[p] = compiled.memory_analysis().temp_size_in_bytes
+  assert temp["sequential"] < size * 4, temp  # not even one replica's state
+  assert temp["vmap"] < size * 4, temp
+  x = np.arange(num * 4, dtype=np.float32).reshape(num, 4)
+  outs = [jax.jit(program.map_replicas(fn, axes, p))(x, data) for p in ("sequential", "vmap")]
+  chex.assert_trees_all_close(outs[0], outs[1])
+
+
+def test_replica_state_frees_each_seed_once_stacked():
+  mesh = sharding.client_mesh(1)
+  shared = jnp.full((2,), 7.0)  # one array in two places of a seed's state: freed once
+  states = [State(round=jnp.int32(3), rng=jnp.arange(2, dtype=jnp.uint32) + s,
+                  clients=({"w": jnp.full((4, 3), float(s))},),
+                  server={"a": shared if s == 0 else jnp.zeros(2),
+                          "b": shared if s == 0 else jnp.ones(2)})
+           for s in range(2)]
+  leaves = [jax.tree.leaves(s) for s in states]
+  stacked = program.replica_state(states, mesh)
+  chex.assert_trees_all_equal(stacked.clients[0]["w"][1], np.ones((4, 3)))
+  chex.assert_trees_all_equal(stacked.server["a"], np.array([[7.0, 7.0], [0.0, 0.0]]))
+  chex.assert_trees_all_equal(stacked.server["b"], np.array([[7.0, 7.0], [1.0, 1.0]]))
+  chex.assert_shape(stacked.round, (2,))
+  assert all(a.is_deleted() for seed in leaves for a in seed)
 
 
 # CPU's auto: a lax.map, on one device; vmap (an accelerator's auto) on the client axis
