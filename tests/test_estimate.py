@@ -148,3 +148,32 @@ def test_cell_costs_of_zero_flops_are_computed_again(tiny_config, tmp_path):
   assert budget.cell_costs(runs, [0], str(tmp_path), log=lambda _: None) == first
   with open(tmp_path / budget.COSTS_FILE) as f:
     assert json.load(f) == first
+
+
+def test_memory_warning_compares_the_states_peak_with_what_is_available():
+  gib = 2**30
+  pair = estimate.memory_warning(int(2.36 * gib), 2, 9 * gib)
+  assert pair.startswith("warning: 2 seeds on a replica axis hold 2 x 2.36 GiB of state")
+  assert "about 10.9 GiB, more than the 9.0 GiB available now" in pair
+  assert pair.endswith("run the seeds one at a time (a sweep's --seed_batch=1: about "
+                       "5.4 GiB each)")
+  one = estimate.memory_warning(int(2.36 * gib), 1, 5 * gib)
+  assert one.startswith("warning: the run's state is 2.36 GiB") and "5.4 GiB" in one
+  assert one.endswith("free memory, or run fewer clients or smaller models")
+  assert estimate.memory_warning(int(2.36 * gib), 2, 11 * gib) is None  # 10.9 fits
+  assert estimate.memory_warning(int(2.36 * gib), 2, None) is None  # unknown: no guess
+  assert estimate.available_memory() is None or estimate.available_memory() > 0
+  assert estimate.state_bytes({"a": jax.ShapeDtypeStruct((3, 4), "float32"),
+                               "b": jax.numpy.zeros(5, "int8")}) == 53
+
+
+def test_a_run_that_may_not_fit_in_memory_says_so_before_it_starts(tiny_config, tmp_path,
+                                                                   monkeypatch):
+  monkeypatch.setattr(estimate, "available_memory", lambda: 1024)
+  lines = []
+  summary = loop.run(tiny_config(overrides={"num_rounds": 1}), str(tmp_path / "run"),
+                     log=lines.append)
+  assert lines[0].startswith("warning: the run's state is 0.00 GiB, and a CPU run peaks")
+  assert lines[0].endswith("more than the 0.0 GiB available now; it may be killed for "
+                           "memory: free memory, or run fewer clients or smaller models")
+  assert lines[1].startswith("standalone | ") and summary["rounds_completed"] == 1

@@ -19,6 +19,9 @@ seeds the replica-axis program of ``loop.run_seeds``, so with the persistent com
 cache the run itself does not compile again) for one round (compilation) and then two
 rounds (speed), giving seconds per round and the achieved FLOP/s; ``estimate_seconds``
 applies them to any run.
+
+Memory: on XLA:CPU a run peaks at about ``CPU_PEAK_PER_STATE`` times its state's bytes;
+``memory_warning`` says so before a run whose states would not fit the memory available.
 """
 from __future__ import annotations
 
@@ -67,6 +70,49 @@ class _Data(NamedTuple):
   """The pooled-data argument of ``Protocol.client_update`` (``.x``, ``.y``)."""
   x: jax.ShapeDtypeStruct
   y: jax.ShapeDtypeStruct
+
+
+# a CPU run's peak resident memory over its state's bytes, measured on the claims
+# ledger's N = 100 FedMRL cell (2.36 GiB a seed): two seeds on a replica axis 2.3x, the
+# two one after the other 2.7x (docs/performance.md, "Seeds on a replica axis")
+CPU_PEAK_PER_STATE = 2.3
+
+
+def state_bytes(abstract) -> int:
+  """Bytes of a state (any tree of arrays or ``jax.ShapeDtypeStruct``)."""
+  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+             for a in jax.tree.leaves(abstract))
+
+
+def available_memory() -> int | None:
+  """Bytes of memory available now (Linux's ``MemAvailable``), or None where unknown."""
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+def memory_warning(one_state: int, seeds: int, available: int | None) -> str | None:
+  """A line warning that ``seeds`` states of ``one_state`` bytes may not fit in host
+  memory (a CPU run: ``CPU_PEAK_PER_STATE`` x the states), or None if they fit or
+  ``available`` is unknown."""
+  need = CPU_PEAK_PER_STATE * seeds * one_state
+  if available is None or need <= available:
+    return None
+  gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
+  state = f"{one_state / 2**30:.2f} GiB"
+  held = (f"{seeds} seeds on a replica axis hold {seeds} x {state} of state"
+          if seeds > 1 else f"the run's state is {state}")
+  advice = (f"run the seeds one at a time (a sweep's --seed_batch=1: about "
+            f"{gib(CPU_PEAK_PER_STATE * one_state)} each)" if seeds > 1 else
+            "free memory, or run fewer clients or smaller models")
+  return (f"warning: {held}, and a CPU run peaks at about {CPU_PEAK_PER_STATE:g}x its "
+          f"state (docs/performance.md): about {gib(need)}, more than the "
+          f"{gib(available)} available now; it may be killed for memory: {advice}")
 
 
 def _cost_device():

@@ -18,6 +18,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_het import distributed
+from fedjax_het.training import estimate
 from fedjax_het.training import metrics as metrics_lib
 from fedjax_het.training.experiment import Experiment
 from fedjax_het.training.experiment import describe
@@ -310,6 +311,11 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
     os.makedirs(w, exist_ok=True)
   distributed.sync("fedjax_het:workdir_ready")
   fns = compile_fns(exp)
+  if jax.default_backend() == "cpu" and jax.process_count() == 1:
+    warning = estimate.memory_warning(estimate.state_bytes(fns.abstract), len(exps),
+                                      estimate.available_memory())
+    if warning:
+      log(warning)
   max_rounds = dispatch_rows(config.num_rounds)
   dispatch = compile_dispatch(exp, max_rounds, data_axes)
   runs, state = _open_runs(exps, workdirs, fns, primary=primary, log=log, batched=batched)
