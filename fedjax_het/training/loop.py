@@ -99,12 +99,11 @@ def run_seeds(configs, workdirs, *, fresh_start: bool = False,
   Every seed has its own partition, initialisation, client sampling and augmentation
   keys, as in S separate ``run`` calls; the rounds of all seeds run on a leading replica
   axis (each seed's client tables padded to the widest, which changes no step):
-  ``jax.vmap``-ed where clients are (accelerators: small runs fill the device), a
-  a loop inside the program on XLA:CPU (``map_replicas``); the program compiles once and the data is
-  read once. Each seed
-  writes the files of a separate run into its own workdir (``run`` with that seed's
-  config resumes them, and the other way round); the per-seed metrics equal separate
-  runs' to float tolerance (tests/test_replicas.py).
+  ``jax.vmap``-ed where clients are (accelerators: small runs fill the device), looped
+  inside the program on XLA:CPU (``map_replicas``); the program compiles once and the
+  data is read once. Each seed writes the files of a separate run into its own workdir
+  (``run`` with that seed's config resumes them, and the other way round); the per-seed
+  metrics equal separate runs' to float tolerance (tests/test_replicas.py).
 
   The seeds must start from the same round (all fresh, or all checkpointed at the same
   round); otherwise ``SeedsNotAligned`` (a ValueError), and the caller runs them
