@@ -260,6 +260,7 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
   """
   if clients_lib.resolve_parallelism(parallelism) == "vmap":
     return jax.vmap(fn, in_axes=(0, data_axes))
+  fn = traced_once(fn)  # its shapes below and the loop body share one trace
   is_axis = lambda a: a is None or isinstance(a, int)  # noqa: E731
   at = lambda tree, i: jax.tree.map(  # noqa: E731
       lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), tree)
