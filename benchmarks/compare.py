@@ -60,6 +60,7 @@ from fedjax_het.algorithms import fedmrl  # noqa: E402
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM  # noqa: E402
 from fedjax_het.algorithms.shared import classifier_loss  # noqa: E402
 from fedjax_het.algorithms.shared import init_models  # noqa: E402
+from fedjax_het.training import estimate  # noqa: E402
 from fedjax_het.training import experiment  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
 from fedjax_het.training import program  # noqa: E402
@@ -439,10 +440,6 @@ def auto_vs_loop(rows: list[Row]) -> list[str]:
 # ---------------------------------------------------------------- --memory, --experiment
 
 
-def tree_bytes(tree) -> int:
-  return int(sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
-
-
 def memory_table(size: Size, algorithms, *, examples: int, batch: int, dtype: str,
                  num_devices: int, log=lambda s: None) -> str:
   """Device memory of one compiled round (auto parallelism) as N grows.
@@ -464,9 +461,9 @@ def memory_table(size: Size, algorithms, *, examples: int, batch: int, dtype: st
       jax.block_until_ready(state)
       stats = jax.devices()[0].memory_stats() or {}
       mib = lambda b: "n/a" if b is None else f"{b / 2**20:,.1f}"
-      rows.append((alg, str(n), f"{participation:.0%}", mib(tree_bytes(fns.abstract)),
-                   mib(tree_bytes(exp.data)), mib(stats.get("bytes_in_use")),
-                   mib(stats.get("peak_bytes_in_use"))))
+      rows.append((alg, str(n), f"{participation:.0%}",
+                   mib(estimate.tree_bytes(fns.abstract)), mib(estimate.tree_bytes(exp.data)),
+                   mib(stats.get("bytes_in_use")), mib(stats.get("peak_bytes_in_use"))))
       log(f"  memory {alg} N={n}: {rows[-1]}")
       del state, exp
   return markdown(head, rows)

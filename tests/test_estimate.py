@@ -163,7 +163,7 @@ def test_memory_warning_compares_the_states_peak_with_what_is_available():
   assert estimate.memory_warning(int(2.36 * gib), 2, 11 * gib) is None  # 10.9 fits
   assert estimate.memory_warning(int(2.36 * gib), 2, None) is None  # unknown: no guess
   assert estimate.available_memory() is None or estimate.available_memory() > 0
-  assert estimate.state_bytes({"a": jax.ShapeDtypeStruct((3, 4), "float32"),
+  assert estimate.tree_bytes({"a": jax.ShapeDtypeStruct((3, 4), "float32"),
                                "b": jax.numpy.zeros(5, "int8")}) == 53
 
 

@@ -46,6 +46,7 @@ from fedjax_het.algorithms import get_spec
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.data.sources import parse_floats
 from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import estimate
 from fedjax_het.training import experiment
 from fedjax_het.training import program
 from fedjax_het.training import runfiles
@@ -294,8 +295,7 @@ def headers_of(arrays: Sequence[np.ndarray], overhead: int = 128) -> list[ArrayH
 
 def upload_bytes(like: PyTree) -> int:
   """Bytes of the values of an upload shaped ``like`` (the bound a transport checks)."""
-  return int(sum(np.dtype(s.dtype).itemsize * int(np.prod(s.shape))
-                 for s in jax.tree.leaves(like)))
+  return estimate.tree_bytes(like)
 
 
 def check_upload(client_id: int, claimed_id: Any, headers: Sequence[ArrayHeader],

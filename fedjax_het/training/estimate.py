@@ -78,10 +78,10 @@ class _Data(NamedTuple):
 CPU_PEAK_PER_STATE = 2.3
 
 
-def state_bytes(abstract) -> int:
-  """Bytes of a state (any tree of arrays or ``jax.ShapeDtypeStruct``)."""
-  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
-             for a in jax.tree.leaves(abstract))
+def tree_bytes(tree) -> int:
+  """Bytes of the values of a tree of arrays or ``jax.ShapeDtypeStruct`` (a state)."""
+  return int(sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                 for a in jax.tree.leaves(tree)))
 
 
 def available_memory() -> int | None:

@@ -311,7 +311,7 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
   distributed.sync("fedjax_het:workdir_ready")
   fns = compile_fns(exp)
   if jax.default_backend() == "cpu" and jax.process_count() == 1:
-    warning = estimate.memory_warning(estimate.state_bytes(fns.abstract), len(exps),
+    warning = estimate.memory_warning(estimate.tree_bytes(fns.abstract), len(exps),
                                       estimate.available_memory())
     if warning:
       log(warning)
