@@ -76,21 +76,21 @@ def main(argv=None):
   quiet = lambda line: None  # noqa: E731
   seconds, finals = {}, {}
   try:
-    compile_cache.enable(os.path.join(root, "cache"))
-    if args.way in ("both", "separate"):
-      t = time.perf_counter()
-      finals["separate"] = [loop.run(c, os.path.join(root, f"sep{c.seed}"), log=quiet)
-                            for c in configs]
-      seconds["separate"] = time.perf_counter() - t
-      print(f"separate runs: {seconds['separate']:.1f} s"
-            + ("" if args.way == "both" else
-               f"; final mean test acc per seed {format_finals(finals['separate'])} %"),
-            flush=True)
-    if args.way in ("both", "replica"):
-      t = time.perf_counter()
-      finals["replica"] = loop.run_seeds(
-          configs, [os.path.join(root, f"bat{c.seed}") for c in configs], log=quiet)
-      seconds["replica"] = time.perf_counter() - t
+    with compile_cache.enabled(os.path.join(root, "cache")):
+      if args.way in ("both", "separate"):
+        t = time.perf_counter()
+        finals["separate"] = [loop.run(c, os.path.join(root, f"sep{c.seed}"), log=quiet)
+                              for c in configs]
+        seconds["separate"] = time.perf_counter() - t
+        print(f"separate runs: {seconds['separate']:.1f} s"
+              + ("" if args.way == "both" else
+                 f"; final mean test acc per seed {format_finals(finals['separate'])} %"),
+              flush=True)
+      if args.way in ("both", "replica"):
+        t = time.perf_counter()
+        finals["replica"] = loop.run_seeds(
+            configs, [os.path.join(root, f"bat{c.seed}") for c in configs], log=quiet)
+        seconds["replica"] = time.perf_counter() - t
   finally:
     shutil.rmtree(root, ignore_errors=True)
   if args.way == "both":

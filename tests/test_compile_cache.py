@@ -3,6 +3,9 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+
 from fedjax_het.training import compile_cache
 
 
@@ -33,3 +36,22 @@ def test_a_named_directory_receives_compiled_programs(tmp_path):
   path = str(tmp_path / "cache")
   subprocess.run([sys.executable, "-c", PROGRAM, path], check=True, env=env)
   assert os.listdir(path)
+
+
+def test_enabled_holds_for_its_block_only(tmp_path):
+  # a benchmark's main called inside the suite's processes (tests/test_benchmarks.py):
+  # its cache directory (deleted after) and minimum compile time had outlived it there,
+  # and a later test's 0.98 s compilation was then not stored
+  before = {name: getattr(jax.config, name) for name in compile_cache.SETTINGS}
+  path = str(tmp_path / "block")
+  jax.jit(lambda x: jnp.sin(x) - 1.0)(jnp.arange(4.0)).block_until_ready()  # JAX's opened
+  with compile_cache.enabled(path, min_compile_secs=0) as used:
+    assert used == path
+    assert jax.config.jax_compilation_cache_dir == path
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    jax.jit(lambda x: jnp.cos(x) * 5.0 - 2.0)(jnp.arange(5.0)).block_until_ready()
+  assert os.listdir(path)  # opened in a process that had compiled before the block
+  assert {name: getattr(jax.config, name) for name in compile_cache.SETTINGS} == before
+  stored = set(os.listdir(path))
+  jax.jit(lambda x: jnp.tan(x) + 4.0)(jnp.arange(3.0)).block_until_ready()
+  assert set(os.listdir(path)) == stored  # the block's directory is closed after it

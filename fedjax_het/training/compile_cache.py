@@ -10,12 +10,18 @@ directory, ``default`` (``$FEDJAX_HET_CACHE`` or ``$XDG_CACHE_HOME/fedjax_het/xl
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 OFF = "off"
 DEFAULT = "default"
+# The process-wide JAX settings ``enable`` changes (``enabled`` puts them back).
+SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")
 
 
 def default_dir() -> str:
@@ -61,3 +67,27 @@ def enable(setting: str = DEFAULT, *, min_compile_secs: float = 1.0) -> str | No
   jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_secs)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   return path
+
+
+@contextlib.contextmanager
+def enabled(setting: str = DEFAULT, *,
+            min_compile_secs: float = 1.0) -> Iterator[str | None]:
+  """``enable`` for the block, then the process's previous cache settings again.
+
+  For entry points whose ``main`` is also called inside another process (a benchmark
+  under the test suite): the cache they time into, or its minimum compile time, must not
+  outlive them there. JAX's cache is reset on entry and on exit, so the first
+  compilation in the block opens its directory (even in a process that has compiled
+  before), and the first after it the restored one.
+
+  Yields:
+    the directory in use, or None when off.
+  """
+  saved = {name: getattr(jax.config, name) for name in SETTINGS}
+  jax_cache.reset_cache()
+  try:
+    yield enable(setting, min_compile_secs=min_compile_secs)
+  finally:
+    for name, value in saved.items():
+      jax.config.update(name, value)
+    jax_cache.reset_cache()
