@@ -73,9 +73,10 @@ class _Data(NamedTuple):
 
 
 # a CPU run's peak resident memory over its state's bytes, measured on the claims
-# ledger's N = 100 FedMRL cell (2.36 GiB a seed): two seeds on a replica axis 2.3x, the
-# two one after the other 2.7x (docs/performance.md, "Seeds on a replica axis")
-CPU_PEAK_PER_STATE = 2.3
+# ledger's N = 100 FedMRL cell (2.36 GiB a seed) over 24 rounds checkpointed every 8,
+# freed pages handed back after every dispatch (host_memory): one seed 5.21 GiB (2.2x),
+# two on a replica axis 11.32 GiB (2.4x) (docs/performance.md, "Seeds on a replica axis")
+CPU_PEAK_PER_STATE = 2.4
 
 
 def tree_bytes(tree) -> int:

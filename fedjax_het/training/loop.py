@@ -19,6 +19,7 @@ import numpy as np
 
 from fedjax_het import distributed
 from fedjax_het.training import estimate
+from fedjax_het.training import host_memory
 from fedjax_het.training import metrics as metrics_lib
 from fedjax_het.training.experiment import Experiment
 from fedjax_het.training.experiment import describe
@@ -344,4 +345,5 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
                         progress=progress, on_progress=on_progress,
                         wall_s=t_dispatch - t0, took_s=took, t0=t0, deadline=deadline,
                         batched=batched)
+    host_memory.release_freed()  # what the dispatch and a checkpoint freed
   return _summaries(runs, r, timing, state, data, data_axes, fns.evaluate)
