@@ -8,7 +8,7 @@ d1 and M3 at d1 = 500 stayed within two standard errors of zero.
       --sweep_dir=results/claims/m2_m3_fedmrl --seed_batch=3 --budget_min=45
 
 Cost: 35 runs; seeds 0-2 (21) 0.45 PFLOP, 4h09m of the 2-core CPU by `sweep.py`'s plan;
-seeds 3-4 2.5 h more (a pair 22-26 min on the replica axis, peak 20.5 GiB: see protocol.py).
+seeds 3-4 2.5 h more (a pair 22-26 min on the replica axis; its memory: protocol.py).
 """
 import os
 

@@ -20,9 +20,9 @@ the plans); the eight sweeps that use it are 172 runs (5 seeds where 3 left a cl
 within two standard errors), about 35 h by their plans (each sweep file's docstring;
 calibrated while another sweep shared the machine, so somewhat long), far over the 4 h
 the ledger was meant to take. Memory: a FedMRL seed's state at this cut is 2.36 GiB;
-two seeds on the replica axis (``--seed_batch``) peaked at 10.7-13.2 GiB (4 to 24
-rounds), the two one after the other in one process at 6.3 GiB (docs/performance.md,
-"Seeds on a replica axis"): with less than about 7 GiB free a seed, ``--seed_batch=1``.
+two seeds on the replica axis (``--seed_batch``) peaked at 11.3 GiB over 24 rounds, one
+seed alone at 5.2 GiB (docs/performance.md, "Seeds on a replica axis"; a run warns
+first where it may not fit): with less than about 6 GiB free a seed, ``--seed_batch=1``.
 Fewer rounds leave the clients near chance (above); the sweeps run across
 sessions (``--budget_min``; finished cells are committed and skipped by a rerun), or on
 a GPU.

@@ -21,8 +21,8 @@ ROUNDS = 60  # 3 x paper_cpu's 20
 # the headline comparisons' methods (FD: the best baseline at T), in the order a
 # budget-stopped sweep finishes them, then FedKD (its anneal spans the run); about 8 h
 # of the 2-core machine for seeds 0-2 (the committed runs: 9-36 min a seed, 3 at a time,
-# shared with other sweeps at times), about 3 h more for seeds 3-4 (the other baselines
-# at 3 T would add about 3.5 h)
+# shared with other sweeps at times); seeds 3-4 of the six besides Standalone 3h01m (a
+# pair on the replica axis: 16-48 min); the other baselines at 3 T would add about 3.5 h
 ALGORITHMS = ["standalone", "fedproto", "fedmoe", "fedmrl", "fd", "moss", "fedkd"]
 SEEDS = (0, 1, 2, 3, 4)
 

@@ -660,9 +660,9 @@ def render(claims: Sequence[Claim], runs_by_sweep: dict, *, page_path: str,
   lines += ["## Commands", "",
             "`--seed_batch=3` runs a cell's three seeds as one program, which fills an "
             "accelerator. On a CPU leave it out: the seeds then run one after another "
-            "in about the same time and a third of the memory (FedMRL's N=100 cell on "
-            "the 2-core machine: 15.33 s a round for three seeds together and 17.5 GB "
-            "resident, 4.97 s a round for one seed alone and 3.9 GB).", "", "```sh"]
+            "in about the same time and less memory (FedMRL's N=100 cell on the "
+            "2-core machine, 24 rounds: two seeds together peaked at 11.3 GiB, one seed "
+            "alone at 5.2 GiB; docs/performance.md).", "", "```sh"]
   lines += [f"python experiments/sweep.py --sweep={f} --sweep_dir=" + os.path.join(
       results, *(["claims"] if "/claims/" in f else []),
       os.path.splitext(os.path.basename(f))[0]) + " --seed_batch=3 --budget_min=60"
