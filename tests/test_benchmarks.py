@@ -229,11 +229,11 @@ def test_replicas_times_each_way_and_reports_the_peak_memory(tmp_path, synthetic
   import replicas
   sweep = tmp_path / "sweep.py"
   sweep.write_text(SWEEP % synthetic_npz)
-  settings = {name: getattr(jax.config, name) for name in compile_cache.SETTINGS}
+  settings = compile_cache.settings()
   replicas.main([f"--sweep={sweep}", "--algorithm=standalone", "--seeds=0,1",
                  "--rounds=1", f"--way={way}"])
   # its own cache (deleted) does not outlive it in the suite's process
-  assert {name: getattr(jax.config, name) for name in compile_cache.SETTINGS} == settings
+  assert compile_cache.settings() == settings
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == "standalone | N=4 | seeds 0,1 | 1 rounds"
   assert lines[-1].startswith(f"peak resident memory of this process ({way}): ")

@@ -42,7 +42,7 @@ def test_enabled_holds_for_its_block_only(tmp_path):
   # a benchmark's main called inside the suite's processes (tests/test_benchmarks.py):
   # its cache directory (deleted after) and minimum compile time had outlived it there,
   # and a later test's 0.98 s compilation was then not stored
-  before = {name: getattr(jax.config, name) for name in compile_cache.SETTINGS}
+  before = compile_cache.settings()
   path = str(tmp_path / "block")
   jax.jit(lambda x: jnp.sin(x) - 1.0)(jnp.arange(4.0)).block_until_ready()  # JAX's opened
   with compile_cache.enabled(path, min_compile_secs=0) as used:
@@ -51,7 +51,7 @@ def test_enabled_holds_for_its_block_only(tmp_path):
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
     jax.jit(lambda x: jnp.cos(x) * 5.0 - 2.0)(jnp.arange(5.0)).block_until_ready()
   assert os.listdir(path)  # opened in a process that had compiled before the block
-  assert {name: getattr(jax.config, name) for name in compile_cache.SETTINGS} == before
+  assert compile_cache.settings() == before
   stored = set(os.listdir(path))
   jax.jit(lambda x: jnp.tan(x) + 4.0)(jnp.arange(3.0)).block_until_ready()
   assert set(os.listdir(path)) == stored  # the block's directory is closed after it

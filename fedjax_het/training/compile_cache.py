@@ -24,6 +24,11 @@ SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_
             "jax_persistent_cache_min_entry_size_bytes")
 
 
+def settings() -> dict:
+  """The process's current values of the JAX settings ``enable`` changes (``SETTINGS``)."""
+  return {name: getattr(jax.config, name) for name in SETTINGS}
+
+
 def default_dir() -> str:
   """The user cache directory of compiled programs."""
   if os.environ.get("FEDJAX_HET_CACHE"):
@@ -83,7 +88,7 @@ def enabled(setting: str = DEFAULT, *,
   Yields:
     the directory in use, or None when off.
   """
-  saved = {name: getattr(jax.config, name) for name in SETTINGS}
+  saved = settings()
   jax_cache.reset_cache()
   try:
     yield enable(setting, min_compile_secs=min_compile_secs)
