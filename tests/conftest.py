@@ -23,20 +23,26 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # ... and one dataset cache (fedjax_het.data.cache): CIFAR-10's npz is inflated and
 # sorted once, not in every process and run that reads it (2.3 s each).
 _SESSION_DATA_CACHE = _session_dir("FEDJAX_HET_DATA_CACHE", "fedjax_het_data_cache_")
-# XLA:CPU compilation dominates the suite's time; without the backend's optimisation
-# passes it compiles ~30 % faster (tests/test_protocol.py -k "fedmrl or fedmoe": 44 s ->
-# 34 s on 2 cores) and the tiny programs run about as fast. XLA:CPU's classic elemental
-# emitters compile faster again than its MLIR fusion emitters: tests/test_fedmrl.py -n 0
-# 44-45 s -> 27-33 s, test_replicas.py 191 s -> 158 s, the suite (-n 2) 1477 s -> 1309 s
-# on one 2-core machine. Two workers share the 2 cores, so each process runs Eigen and
+# XLA:CPU's compiles and the tiny models' rounds share the suite's time. Without LLVM's
+# expensive passes and with XLA:CPU's classic elemental emitters (not its MLIR fusion
+# emitters) the programs compile faster: tests/test_fedmrl.py -n 0 44-45 s -> 27-33 s,
+# the suite (-n 2) 1477 s -> 1309 s on one 2-core machine. The backend's optimisation
+# level 1 compiles slower than level 0 but runs a round about 4x faster (a tiny FedMRL
+# round of 8 clients 1.77 s -> 0.42 s, its dispatch compiled in 10 s instead of 5 s), which
+# pays wherever a program runs several rounds or comes back from the compilation cache:
+# the suite (-n 2) 1322 s -> 1172 s, 2196 -> 1946 CPU s (one 2-core machine, the same day).
+# Modules whose programs compile far longer than they run ask for level 0
+# (``compile_bound``). Two workers share the 2 cores, so each process runs Eigen and
 # XLA's code generation on one thread: two concurrent pytest processes (as -n 2) took
 # 79 s instead of 84 (test_baselines_mutual with test_moss), 301 s instead of 328
 # (test_replicas' replica tests with test_protocol). Subprocesses inherit it.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=1 "
                       "--xla_llvm_disable_expensive_passes=true "
                       "--xla_cpu_use_fusion_emitters=false "
                       "--xla_cpu_multi_thread_eigen=false "
                       "--xla_cpu_parallel_codegen_split_count=1")
+# ``compile_bound``'s setting in a subprocess's environment (jax reads it at import)
+COMPILE_BOUND_ENV = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
 
 import jax  # noqa: E402
 
@@ -63,6 +69,24 @@ def pytest_sessionfinish(session, exitstatus):
     for cache in (_SESSION_CACHE, _SESSION_DATA_CACHE):
       if cache:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def compile_bound():
+  """XLA's backend optimisation level 0 for the programs a module compiles (jax's
+  ``jax_disable_most_optimizations``: read at each compile and part of the persistent
+  cache's keys, not of jit's in-memory cache, so a program the worker compiled before
+  keeps its level).
+
+  For modules whose programs compile far longer than they run (one round, or none):
+  test_protocol.py took 313 s of the suite at level 1 against 256 s at 0, test_moss.py
+  109 s against 76 s. Level 0 changes the last bits of some results, so a test that
+  compares two runs computes both under the same level.
+  """
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)
 
 
 @pytest.fixture(autouse=True)

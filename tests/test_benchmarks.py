@@ -166,12 +166,12 @@ def test_init_compile_times_each_level_and_compares_bits(synthetic_npz, capsys):
   import init_compile
   config = os.path.join(ROOT, "experiments", "standalone.py") + ":smoke"
   init_compile.main([f"--config={config}", f"--set=data.path={synthetic_npz}",
-                     "--set=models=tiny", "--levels=0"])
+                     "--set=models=tiny", "--levels=1"])
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 2
   assert lines[0].startswith("standalone N=5 tiny on cpu | default level: compile ")
-  # the suite's backend compiles at level 0 (conftest): level 0 is its default, bit for bit
-  assert lines[1].startswith("standalone N=5 tiny on cpu | level 0: compile ")
+  # the suite's backend compiles at level 1 (conftest): level 1 is its default, bit for bit
+  assert lines[1].startswith("standalone N=5 tiny on cpu | level 1: compile ")
   assert lines[1].endswith("same bits in 12 of 12 leaves (largest difference 0.0e+00)")
   with pytest.raises(SystemExit):
     init_compile.main(["--sweep=experiments/claims/p1_classes.py"])  # no --algorithm

@@ -13,6 +13,8 @@ from fedjax_het.algorithms import moss_wire as wire
 from fedjax_het.training import experiment
 from fedjax_het.training import program
 
+# programs that compile far longer than they run: level 0
+pytestmark = pytest.mark.usefixtures("compile_bound")
 LAYERS = ("conv1", "conv2", "rep")
 
 

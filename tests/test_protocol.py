@@ -24,6 +24,9 @@ from fedjax_het.data.federated import Layout
 from fedjax_het.training import experiment as experiment_lib
 from fedjax_het.training import program
 
+# programs that compile far longer than they run (one round at most): level 0
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 SMALL_SHARED = {"algo.small_arch": "tiny", "algo.rep_dim": 16}
 OVERRIDES = {  # keep every model tiny; the default (none) suits the rest
     "fedmrl": {"algo.small_arch": "tiny", "algo.d1": 16},
