@@ -3,8 +3,9 @@
 ``Loopback`` starts ``flower-superlink`` (TLS with a throwaway CA, SuperNode
 authentication, its state in an SQLite database so that a restarted SuperLink keeps its
 registered SuperNodes), registers each SuperNode's public key under the name
-``client-<k>`` (``flwr supernode register``), starts one ``flower-supernode`` per client
-with its node config, submits the Flower App (``flwr run``) and follows the run, all
+``client-<k>`` (``flwr supernode register``), starts one SuperNode per client with its
+node config (``flower-supernode`` as ``fedjax_het.deploy.supernode`` keeps it in step
+with its replies after a run stops), submits the Flower App (``flwr run``) and follows the run, all
 through Flower's own command-line tools. Everything lives under one directory:
 
   <workdir>/tls/          ca.crt, server.crt, server.key (``certs.make_tls``; TESTING ONLY)
@@ -36,6 +37,9 @@ from fedjax_het.deploy import certs
 
 APP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flower_app")
 CONNECTION = "fedjax-loopback"  # the flwr CLI's name for this SuperLink
+# seconds a SuperNode waits between pulls that found no message (Flower's own: 3 s; on
+# one machine a pull costs next to nothing)
+POLL_INTERVAL = 0.5
 FINISHED = "finished"  # run statuses start with it: finished:completed, finished:failed
 INSECURE_BANNER = (
     "WARNING: INSECURE MODE. Every connection (SuperLink <-> SuperNodes, flwr CLI <-> "
@@ -182,7 +186,8 @@ class Loopback:
                       key: certs.NodeKey | None = None) -> subprocess.Popen:
     """Starts a SuperNode with node config ``values``, authenticating with ``key``
     (None: the key registered as ``name``, registered now if needed)."""
-    args = [self.bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+    args = [sys.executable, "-m", "fedjax_het.deploy.supernode", "--poll-interval",
+            str(POLL_INTERVAL), "--superlink", f"127.0.0.1:{self.port}",
             "--port", str(free_port()), "--node-config", node_config(values)]
     if self.insecure:
       args.append("--insecure")

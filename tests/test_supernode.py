@@ -1,0 +1,99 @@
+"""fedjax_het.deploy.supernode: Flower 1.42's SuperNode pull, as Flower runs it, with a
+stored message whose run stops before it is confirmed."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("flwr")
+from flwr.app import Message  # noqa: E402
+from flwr.app import RecordDict  # noqa: E402
+from flwr.app.metadata import Metadata  # noqa: E402
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects  # noqa: E402
+from flwr.supercore.inflatable.inflatable_object import get_object_tree  # noqa: E402
+from flwr.supercore.object_store import ObjectStoreFactory  # noqa: E402
+from flwr.supercore.run import Run  # noqa: E402
+from flwr.supercore.run import RunNotRunningException  # noqa: E402
+from flwr.supernode import start_client_internal  # noqa: E402
+from flwr.supernode.nodestate import NodeStateFactory  # noqa: E402
+
+from fedjax_het.deploy import supernode  # noqa: E402
+
+NODE, RUN = 7, 5
+ORIGINAL = start_client_internal._pull_and_store_message  # pylint: disable=protected-access
+
+
+def pull_once(pull, *, confirm_raises=False, receive_raises=False):
+  """One turn of the SuperNode loop's pull on a node that knows run ``RUN``; returns
+  what ``pull`` returns and whether the confirmation was asked for."""
+  objects = ObjectStoreFactory()
+  state, store = NodeStateFactory(objects).state(), objects.store()
+  state.set_node_id(NODE)
+  state.store_run(Run.create_empty(RUN))  # known: no run or FAB to fetch
+  message = Message(RecordDict(), metadata=Metadata(RUN, "", 1, NODE, "", "2", time.time(),
+                                                    600.0, "train"))
+  contents = get_all_nested_objects(message)
+  asked = []
+
+  def receive():
+    if receive_raises:
+      raise RunNotRunningException
+    return message, get_object_tree(message)
+
+  def confirm(run_id, message_id):
+    asked.append((run_id, message_id))
+    if confirm_raises:
+      raise RunNotRunningException
+
+  out = pull(state=state, object_store=store, node_config={}, receive=receive,
+             get_run=None, get_fab=None,
+             pull_object=lambda run_id, object_id: contents[object_id].deflate(),
+             confirm_message_received=confirm, trusted_entities=None)
+  return out, bool(asked)
+
+
+def test_a_message_stored_before_its_run_stopped_keeps_the_loop_in_step():
+  # Flower 1.42: stored, then None, so that turn of the loop pushes no reply
+  assert pull_once(ORIGINAL, confirm_raises=True) == (None, True)
+  assert pull_once(supernode.keep_in_step(ORIGINAL), confirm_raises=True) == (RUN, True)
+
+
+@pytest.mark.parametrize("case", [{}, {"receive_raises": True}], ids=["running", "unpulled"])
+def test_every_other_pull_returns_what_flowers_returns(case):
+  fixed = supernode.keep_in_step(ORIGINAL)
+  assert pull_once(fixed, **case) == pull_once(ORIGINAL, **case)
+  assert pull_once(fixed, **case)[0] == (None if case else RUN)
+
+
+def in_a_process(code):
+  """Runs ``code`` after ``s`` (the module) and ``l`` (Flower's loop) are imported in a
+  fresh process (whose Flower it may patch); fails with its error."""
+  prelude = ("from fedjax_het.deploy import supernode as s; "
+             "from flwr.supernode import start_client_internal as l; ")
+  out = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_patch_wraps_flowers_pull_once():
+  in_a_process("assert s.patch() and s.patch(); f = l._pull_and_store_message; "
+               "assert f.keeps_in_step and f.__wrapped__.__name__ == "
+               "'_pull_and_store_message' and not hasattr(f.__wrapped__, '__wrapped__'); "
+               "import sys; assert not any(m == 'jax' for m in sys.modules)")
+  # and the command line is flower-supernode's, after --poll-interval
+  helps = [subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=120)
+           for cmd in ([sys.executable, "-m", "fedjax_het.deploy.supernode",
+                        "--poll-interval", "0.5"],
+                       [sys.executable, "-c", "from flwr.supernode.cli import "
+                        "flower_supernode as f; import sys; "
+                        "sys.argv[0] = 'flower-supernode'; f()"])]
+  assert helps[0].returncode == helps[1].returncode == 0
+  assert helps[0].stdout == helps[1].stdout and "--superlink" in helps[0].stdout
+
+
+def test_poll_interval_bounds_the_loops_waits():
+  in_a_process("import time; s.bound_waits(0.05); t = time.monotonic(); l.time.sleep(3); "
+               "assert time.monotonic() - t < 1, 'slept'; assert l.time.time() > 0")
+  with pytest.raises(ValueError, match="--poll-interval=0.0: must be positive"):
+    supernode.bound_waits(0.0)
