@@ -1,4 +1,5 @@
 """Test setup: 4 forced CPU devices so sharded code paths run without a GPU."""
+import contextlib
 import functools
 import os
 import shutil
@@ -78,15 +79,39 @@ def compile_bound():
   cache's keys, not of jit's in-memory cache, so a program the worker compiled before
   keeps its level).
 
-  For modules whose programs compile far longer than they run (one round, or none):
+  For modules whose programs compile far longer than they run (one round, or a few):
   test_protocol.py took 313 s of the suite at level 1 against 256 s at 0, test_moss.py
-  109 s against 76 s. Level 0 changes the last bits of some results, so a test that
-  compares two runs computes both under the same level.
+  109 s against 76 s; each module alone (``pytest -n 0``, wall s at level 1 -> 0):
+  test_replicas 219 -> 183, test_baselines_mutual 46 -> 40, test_fedmrl 28 -> 24,
+  test_deploy 20 -> 13, test_fedmoe 26 -> 22. Modules whose runs dominate stay at 1
+  (test_training 203 against 225 at 0, test_reliability 114 against 136,
+  test_flower_app 41 against 46). Level 0 changes the last bits of some results, so a
+  test that compares two runs computes both under the same level.
   """
+  with _level_zero():
+    yield
+
+
+@pytest.fixture(autouse=True)
+def compile_bound_test(request):
+  """``compile_bound`` for one test marked ``@pytest.mark.compile_bound`` (a test whose
+  programs none of its module's fixtures share: a module fixture's run compiled at level
+  1 would differ from the test's in the last bits)."""
+  if request.node.get_closest_marker("compile_bound") is None:
+    yield
+    return
+  with _level_zero():
+    yield
+
+
+@contextlib.contextmanager
+def _level_zero():
   previous = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", previous)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", previous)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,9 @@ from fedjax_het.training import loop
 from fedjax_het.training import program
 from fedjax_het.training import runfiles
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 SMALL = {"algo.small_arch": "tiny", "algo.rep_dim": 16}  # fast shared model, width != 500
 
 

@@ -9,6 +9,9 @@ import pytest
 
 from fedjax_het.deploy import federation as fed_lib
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 
 @pytest.fixture
 def small_fed(tiny_config):

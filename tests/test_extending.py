@@ -299,6 +299,7 @@ def test_register_algorithm_and_architecture_in_python(gray28, monkeypatch):
 # ------------------------------------------------------------------ 2. a model family
 
 
+@pytest.mark.compile_bound
 def test_fedmrl_over_own_model_family_on_64x64_rgb(rgb64, tmp_path):
   c = small(load_config_file(os.path.join(ROOT, "experiments", "fedmrl.py")), rgb64,
             "rgb64", models="examples.my_models:assign", num_clients=2,
@@ -312,6 +313,7 @@ def test_fedmrl_over_own_model_family_on_64x64_rgb(rgb64, tmp_path):
   assert 0.0 <= summary["final_mean_test_acc"] <= 1.0
 
 
+@pytest.mark.compile_bound
 def test_every_algorithm_traces_on_grayscale_images(tmp_path):
   """Shapes only (``jax.eval_shape``): init, a round and the evaluation of every
   algorithm on a CNN and one of the user's architectures, on 28x28x1 images (64x64x3
@@ -418,6 +420,7 @@ def test_channel_statistics_by_hand():
   assert sources.channel_stats(x, chunk=1) == ((0.5, 1.0), (0.5, 0.0))
 
 
+@pytest.mark.compile_bound
 @pytest.mark.parametrize("shape", [(28, 28, 1), (64, 64, 3)])
 def test_augmentation_keeps_any_image_shape(shape):
   x = jax.random.uniform(jax.random.PRNGKey(0), (2,) + shape) + 1.0  # > 0: 0 is padding
@@ -530,6 +533,7 @@ def test_partition_file_against_the_run(gray28, tmp_path):
 # ------------------------------------------------------------------ the sweep, Flower
 
 
+@pytest.mark.compile_bound
 def test_sweep_runs_own_algorithm(gray28, tmp_path):
   c = load_config_file(os.path.join(ROOT, "examples", "configs", "sweep.py"))
   c.algorithms = [FEDPROX]  # the built-in rows run through the same code

@@ -3,11 +3,15 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het.algorithms import fedmoe
 from fedjax_het.training import experiment
 from fedjax_het.training import program
+
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
 
 
 def _net():

@@ -13,6 +13,9 @@ from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.training import experiment
 from fedjax_het.training import program
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 
 def _nets(use_mrl=True, d1=20, dtype=jnp.float32):
   return fedmrl.FedMRLNets("tiny", small_arch="tiny", d1=d1, num_classes=10,

@@ -24,6 +24,9 @@ from fedjax_het.training import loop
 from fedjax_het.training import program
 from fedjax_het.training import runfiles
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 # the algorithms a sweep names (``standalone``) are config files here
 EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "experiments")
