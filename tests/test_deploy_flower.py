@@ -36,6 +36,7 @@ pytest.importorskip("flwr")
 from fedjax_het.deploy import certs  # noqa: E402
 from fedjax_het.deploy import flower  # noqa: E402
 from fedjax_het.deploy import loopback  # noqa: E402
+from fedjax_het.deploy import supernode  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -231,6 +232,8 @@ def runs(link):
 
 
 def test_an_unregistered_supernode_is_refused(link):
+  for name in ("client-0", "client-1", "client-2", "intruder"):  # fedjax_het's SuperNode
+    assert link.logs(name).startswith(supernode.KEPT_IN_STEP), link.logs(name)[:500]
   intruder = link.procs["intruder"]
   assert intruder.wait(timeout=120) != 0
   assert "Failed to activate SuperNode" in link.logs("intruder")

@@ -11,7 +11,8 @@ a later run held for its whole ``round-timeout`` (seen in tests/test_deploy_flow
 the evaluation of client 0 answered after 10 minutes). ``keep_in_step`` returns the run
 id in that one case, so the loop pushes the stale reply (the SuperLink refuses it, as
 Flower logs: ``Run ID ... is not in RUNNING status. Ignoring reply message``) and the
-next message's reply goes out on its own turn.
+next message's reply goes out on its own turn. A message whose run stopped while its
+objects were pulled (before the confirmation) gets no answer, and Flower's None stays.
 
 ``--poll-interval S`` (before Flower's flags; default Flower's 3 s) bounds the loop's
 waits between two pulls that found no message: a message then waits at most S s for its
@@ -36,6 +37,9 @@ from typing import Callable
 
 # the parameter the fix wraps: a Flower whose pull has none is left as it is
 CONFIRM = "confirm_message_received"
+# the SuperNode's first line (its log says which loop it runs)
+KEPT_IN_STEP = ("fedjax_het.deploy.supernode: Flower's SuperNode loop kept in step with "
+                "its replies after a run stops")
 
 
 def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -91,9 +95,11 @@ def main(argv: list[str] | None = None) -> None:
   ours, flowers = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
   if ours.poll_interval is not None:
     bound_waits(ours.poll_interval)
-  if not patch():
+  if patch():
+    print(KEPT_IN_STEP, file=sys.stderr, flush=True)
+  else:
     print("fedjax_het.deploy.supernode: this Flower's SuperNode loop differs from 1.42's; "
-          "running it unchanged", file=sys.stderr)
+          "running it unchanged", file=sys.stderr, flush=True)
   sys.argv[:] = ["flower-supernode", *flowers]
   flower_supernode()
 
