@@ -5,8 +5,9 @@ authentication, its state in an SQLite database so that a restarted SuperLink ke
 registered SuperNodes), registers each SuperNode's public key under the name
 ``client-<k>`` (``flwr supernode register``), starts one SuperNode per client with its
 node config (``flower-supernode`` as ``fedjax_het.deploy.supernode`` keeps it in step
-with its replies after a run stops), submits the Flower App (``flwr run``) and follows the run, all
-through Flower's own command-line tools. Everything lives under one directory:
+with its replies after a run stops), submits the Flower App (``flwr run``) and follows
+the run, all through Flower's own command-line tools. Everything lives under one
+directory:
 
   <workdir>/tls/          ca.crt, server.crt, server.key (``certs.make_tls``; TESTING ONLY)
   <workdir>/keys/         client-<k>, client-<k>.pub (``certs.make_node_key``)
