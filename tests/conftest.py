@@ -83,10 +83,12 @@ def compile_bound():
   test_protocol.py took 313 s of the suite at level 1 against 256 s at 0, test_moss.py
   109 s against 76 s; each module alone (``pytest -n 0``, wall s at level 1 -> 0):
   test_replicas 219 -> 183, test_baselines_mutual 46 -> 40, test_fedmrl 28 -> 24,
-  test_deploy 20 -> 13, test_fedmoe 26 -> 22. Modules whose runs dominate stay at 1
-  (test_training 203 against 225 at 0, test_reliability 114 against 136,
-  test_flower_app 41 against 46). Level 0 changes the last bits of some results, so a
-  test that compares two runs computes both under the same level.
+  test_deploy 20 -> 13, test_fedmoe 26 -> 22, test_estimate 78 -> 64,
+  test_baselines_share 46 -> 40 (test_claims 37 -> 36, user s 40 -> 41: left at 1).
+  Modules whose runs dominate stay at 1 (test_training 203 against 225 at 0,
+  test_reliability 114 against 136, test_flower_app 41 against 46). Level 0 changes the
+  last bits of some results, so a test that compares two runs computes both under the
+  same level.
   """
   with _level_zero():
     yield
