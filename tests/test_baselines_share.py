@@ -19,8 +19,7 @@ from fedjax_het.training import experiment
 from fedjax_het.training import loop
 from fedjax_het.training import program
 
-# programs that compile far longer than they run: level 0 (tests/conftest.py; this module
-# alone with -n 0: 46.3/44.7 -> 40.7/38.3 s)
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("compile_bound")
 
 

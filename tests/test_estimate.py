@@ -20,8 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "benchmarks"))
 import compare  # noqa: E402
 
-# programs that compile far longer than they run: level 0 (tests/conftest.py; this module
-# alone with -n 0: 78.2 -> 64.2 s, 82.6 -> 75.9 user s)
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("compile_bound")
 
 
