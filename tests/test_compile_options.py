@@ -11,7 +11,8 @@ from fedjax_het.training import program
 THREEFRY = "jax_threefry_gpu_kernel_lowering"
 
 
-def test_init_compiler_options_lower_only_the_cpu_level_not_set_lower():
+def test_init_compiler_options_lower_only_the_cpu_level_not_set_lower(monkeypatch):
+  monkeypatch.delenv(compile_options.INIT_LEVEL_ENV, raising=False)  # conftest's 0
   assert compile_options.init_compiler_options("cpu", "") == {"xla_backend_optimization_level": 1}
   assert compile_options.init_compiler_options("cpu", "--xla_cpu_use_thunk_runtime=true") == {
       "xla_backend_optimization_level": 1}
@@ -23,6 +24,21 @@ def test_init_compiler_options_lower_only_the_cpu_level_not_set_lower():
         "cpu", f"--xla_backend_optimization_level={level} --foo") is None
   assert compile_options.init_compiler_options("gpu", "") is None
   assert compile_options.init_compiler_options("tpu", "") is None
+
+
+def test_the_init_level_variable_sets_a_cpu_inits_level_whatever_xla_flags_say():
+  env = {compile_options.INIT_LEVEL_ENV: "0"}
+  for flags in ("", "--xla_backend_optimization_level=1", "--xla_backend_optimization_level=3"):
+    assert compile_options.init_compiler_options("cpu", flags, env) == {
+        "xla_backend_optimization_level": 0}
+  assert compile_options.init_compiler_options("cpu", "", {compile_options.INIT_LEVEL_ENV: " 2"}
+                                               ) == {"xla_backend_optimization_level": 2}
+  assert compile_options.init_compiler_options("cpu", "", {compile_options.INIT_LEVEL_ENV: ""}
+                                               ) == {"xla_backend_optimization_level": 1}
+  assert compile_options.init_compiler_options("gpu", "", env) is None
+  for bad in ("4", "-1", "fast", "1.0"):
+    with pytest.raises(ValueError, match=rf"FEDJAX_HET_INIT_LEVEL='{bad}'.*0 to 3"):
+      compile_options.init_compiler_options("cpu", "", {compile_options.INIT_LEVEL_ENV: bad})
 
 
 def test_dispatch_options_turn_off_triton_gemm_on_gpus_unless_the_user_set_it():

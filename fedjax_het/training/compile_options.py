@@ -5,7 +5,8 @@ Each setting here changes how long a program takes to compile, not what it compu
 (docs/performance.md):
 
 - ``init_compiler_options``: an init on CPU compiles at XLA's backend optimization
-  level 1 (the same draws, a third of the compile).
+  level 1 (the same draws, a third of the compile), or at the level
+  ``FEDJAX_HET_INIT_LEVEL`` names (0: a third again, the draws' last bits may differ).
 - ``dispatch_compiler_options``: a dispatch on a GPU compiles without Triton's GEMM
   fusions (XLA's cuBLAS path instead), whose autotuning took 114 s of the Moss claims
   cell's 228 s compile on one H200 (46.6 s without it, the same 0.16 s a round).
@@ -13,8 +14,8 @@ Each setting here changes how long a program takes to compile, not what it compu
   instead of 20 rounds unrolled inline: the claims cut's init compiled in 2 s instead of
   44 s on one H200, with the same bits in all 340 leaves.
 
-A setting the user has made (in ``XLA_FLAGS``, or ``JAX_THREEFRY_GPU_KERNEL_LOWERING``)
-is kept.
+A setting the user has made (in ``XLA_FLAGS``, ``FEDJAX_HET_INIT_LEVEL`` or
+``JAX_THREEFRY_GPU_KERNEL_LOWERING``) is kept.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import jax
 
 # XLA's backend optimization level of an init program on CPU (``program.jit_init``)
 INIT_OPTIMIZATION_LEVEL = 1
+# the environment variable naming another level for CPU inits (``init_level``)
+INIT_LEVEL_ENV = "FEDJAX_HET_INIT_LEVEL"
 
 # the XLA options of a dispatch on a GPU (``dispatch_compiler_options``)
 GPU_DISPATCH_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
@@ -36,7 +39,27 @@ def _xla_flags(xla_flags: str | None) -> str:
   return os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
 
 
-def init_compiler_options(platform: str, xla_flags: str | None = None) -> dict | None:
+def init_level(environ=None) -> int | None:
+  """The CPU init level ``FEDJAX_HET_INIT_LEVEL`` names (0 to 3), or None where it is unset.
+
+  Level 0 compiles an init about three times faster than level 1 (a tiny FedMRL of 8
+  clients: 12.6 s -> 4.6 s on a 2-core machine) but runs its draws slower and may change
+  their last bits (docs/performance.md): for many short runs, such as the test suite's.
+
+  Raises:
+    ValueError: the variable is set to anything but 0, 1, 2 or 3.
+  """
+  environ = os.environ if environ is None else environ
+  value = environ.get(INIT_LEVEL_ENV, "").strip()
+  if not value:
+    return None
+  if value not in ("0", "1", "2", "3"):
+    raise ValueError(f"{INIT_LEVEL_ENV}={value!r}: an XLA backend optimization level, 0 to 3")
+  return int(value)
+
+
+def init_compiler_options(platform: str, xla_flags: str | None = None,
+                          environ=None) -> dict | None:
   """The XLA options ``program.jit_init`` compiles an init with on ``platform``, or None.
 
   An init draws every parameter of every client once: a program of many small threefry
@@ -45,17 +68,25 @@ def init_compiler_options(platform: str, xla_flags: str | None = None) -> dict |
   the claims ledger's FedMoE init (N = 100, CNN-1..5) 32.8 s -> 11.2 s, FedMRL ``:cpu``'s
   29.4 s -> 15.3 s on a 2-core machine, with the same bits in every leaf
   (``benchmarks/init_compile.py``, docs/performance.md). A level that ``XLA_FLAGS``
-  already sets at or below it is kept (the test suite compiles everything at 0). Other
+  already sets at or below it is kept (the test suite's 1, tests/conftest.py). Other
   platforms keep XLA's defaults: on one H200 levels 0 and 1 compiled that init slower
   than the default (81 and 87 s against 44 s, each beside other compiles); what pays
   there is jax's threefry kernel (``use_threefry_kernel``: 44 s -> 2 s).
 
+  ``FEDJAX_HET_INIT_LEVEL`` (``init_level``), where set, is the level of a CPU init
+  whatever ``XLA_FLAGS`` say.
+
   Args:
     platform: the devices' platform ('cpu', 'gpu', 'tpu').
     xla_flags: the ``XLA_FLAGS`` to respect (default: the environment's).
+    environ: the environment ``FEDJAX_HET_INIT_LEVEL`` is read from (default
+      ``os.environ``).
   """
   if platform != "cpu":
     return None
+  level = init_level(environ)
+  if level is not None:
+    return {"xla_backend_optimization_level": level}
   set_level = re.findall(r"--xla_backend_optimization_level=(\d+)", _xla_flags(xla_flags))
   if set_level and int(set_level[-1]) <= INIT_OPTIMIZATION_LEVEL:
     return None

@@ -41,8 +41,9 @@ def dispatch_rows(num_rounds: int) -> int:
 def jit_init(fn: Callable, platform: str | None = None, **jit_kwargs) -> Callable:
   """``jax.jit(fn, **jit_kwargs)`` for a state's init, compiled as ``compile_options`` says.
 
-  On CPU at ``compile_options.INIT_OPTIMIZATION_LEVEL``; on a GPU with jax's threefry
-  kernel (``compile_options.use_threefry_kernel``, turned on for the process here).
+  On CPU at ``compile_options.INIT_OPTIMIZATION_LEVEL`` (or ``FEDJAX_HET_INIT_LEVEL``'s);
+  on a GPU with jax's threefry kernel (``compile_options.use_threefry_kernel``, turned
+  on for the process here).
   ``platform``: where it runs (default: JAX's default backend).
   """
   platform = platform or jax.default_backend()
