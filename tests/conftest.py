@@ -1,6 +1,7 @@
 """Test setup: 4 forced CPU devices so sharded code paths run without a GPU."""
 import contextlib
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -76,6 +77,85 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(cache, ignore_errors=True)
 
 
+# FEDJAX_HET_COMPILE_CENSUS=<dir>: every XLA compile of a test process (not its
+# subprocesses) as a line of <dir>/<pid>.jsonl: the test (and phase) it ran in, the
+# function, seconds, and whether the persistent cache served it; its tracing and
+# lowering too. For finding where the
+# suite's time goes (tests/compile_census.py sums the lines).
+_CENSUS_DIR = os.environ.get("FEDJAX_HET_COMPILE_CENSUS")
+_census_where = ["(collection)"]
+_CENSUS_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
+                  "/jax/core/compile/jaxpr_trace_duration": "trace",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
+
+
+def _start_census(directory):
+  from jax import monitoring
+  out = open(os.path.join(directory, f"{os.getpid()}.jsonl"), "a", buffering=1)
+  hit = [False]
+
+  def on_event(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+      hit[0] = True
+
+  def on_duration(event, secs, **kwargs):
+    kind = _CENSUS_EVENTS.get(event)
+    if kind:
+      out.write(json.dumps({"where": _census_where[0], "kind": kind,
+                            "fun": kwargs.get("fun_name", ""), "secs": round(secs, 3),
+                            "hit": hit[0] if kind == "compile" else None}) + "\n")
+      if kind == "compile":
+        hit[0] = False
+
+  monitoring.register_event_listener(on_event)
+  monitoring.register_event_duration_secs_listener(on_duration)
+
+
+if _CENSUS_DIR:
+  _start_census(_CENSUS_DIR)
+
+
+def _cpu_s() -> float:
+  """CPU seconds of this process and of its children that ended (waited for)."""
+  import resource
+  own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                    resource.RUSAGE_CHILDREN))
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _census_phase(item, phase):
+  """Names the phase for the census and, after it, writes its CPU seconds."""
+  if not _CENSUS_DIR:
+    yield
+    return
+  _census_where[0] = f"{item.nodeid} {phase}"
+  start = _cpu_s()
+  try:
+    yield
+  finally:
+    with open(os.path.join(_CENSUS_DIR, f"{os.getpid()}.jsonl"), "a") as f:
+      f.write(json.dumps({"where": _census_where[0], "kind": "cpu", "fun": "",
+                          "secs": round(_cpu_s() - start, 3), "hit": None}) + "\n")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+  with contextlib.contextmanager(_census_phase)(item, "setup"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+  with contextlib.contextmanager(_census_phase)(item, "call"):
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+  with contextlib.contextmanager(_census_phase)(item, "teardown"):
+    return (yield)
+
+
 @pytest.fixture(scope="module")
 def compile_bound():
   """XLA's backend optimisation level 0 for the programs a module compiles (jax's
@@ -88,7 +168,10 @@ def compile_bound():
   109 s against 76 s; each module alone (``pytest -n 0``, wall s at level 1 -> 0):
   test_replicas 219 -> 183, test_baselines_mutual 46 -> 40, test_fedmrl 28 -> 24,
   test_deploy 20 -> 13, test_fedmoe 26 -> 22, test_estimate 78 -> 64,
-  test_baselines_share 46 -> 40 (test_claims 37 -> 36, user s 40 -> 41: left at 1).
+  test_baselines_share 46 -> 40 (test_claims 37 -> 36, user s 40 -> 41: left at 1);
+  test_deploy_flower with its processes (``COMPILE_BOUND_ENV``; two runs side by side,
+  CPU s of pytest and the processes it waited for) 499 -> 422, its simulator calls
+  96 -> 76 s.
   Modules whose runs dominate stay at 1 (test_training 203 against 225 at 0,
   test_reliability 114 against 136, test_flower_app 41 against 46). Level 0 changes the
   last bits of some results, so a test that compares two runs computes both under the

@@ -31,6 +31,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from conftest import COMPILE_BOUND_ENV
 
 pytest.importorskip("flwr")
 from fedjax_het.deploy import certs  # noqa: E402
@@ -41,7 +42,11 @@ from fedjax_het.training import loop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("FEDJAX_HET_DATA", "")
+# Every process compiles far more than it runs (a ClientApp lives for one message; the
+# simulator runs 1-2 rounds), so all of them, and the simulator, compile at XLA's level
+# 0 (conftest's ``compile_bound``; the processes through ``COMPILE_BOUND_ENV``).
 pytestmark = [
+    pytest.mark.usefixtures("compile_bound"),
     pytest.mark.slow,
     pytest.mark.xdist_group("flower"),  # one federation at a time on a 2-core machine
     pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "cifar10.npz")),
@@ -72,7 +77,7 @@ class Federation:
     del num_clients
     self.root = str(root)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-               FEDJAX_HET_DATA=os.path.abspath(DATA), **(env or {}))
+               FEDJAX_HET_DATA=os.path.abspath(DATA), **COMPILE_BOUND_ENV, **(env or {}))
     env.pop("JAX_DEFAULT_PRNG_IMPL", None)  # JAX's default keys, as users run
     log = open(os.path.join(self.root, "server.log"), "a")
     self.procs = [("server", subprocess.Popen(
@@ -148,7 +153,8 @@ def assert_equal_to_simulator(workdir, spec, overrides, sim_dir, num_clients):
 def link(tmp_path_factory):
   """The SuperLink and SuperNodes every run of this module goes to."""
   root = tmp_path_factory.mktemp("flower")
-  env = {"FEDJAX_HET_DATA": os.path.abspath(DATA), "JAX_PLATFORMS": "cpu"}
+  env = {"FEDJAX_HET_DATA": os.path.abspath(DATA), "JAX_PLATFORMS": "cpu",
+         **COMPILE_BOUND_ENV}
   lb = loopback.Loopback(str(root), port=free_port(), env=env, log=lambda s: None)
   lb.env.pop("JAX_DEFAULT_PRNG_IMPL", None)
   try:

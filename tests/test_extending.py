@@ -554,6 +554,7 @@ def test_sweep_runs_own_algorithm(gray28, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.compile_bound  # as test_deploy_flower's processes (its Federation) compile
 @pytest.mark.xdist_group("flower")
 def test_flower_deploys_own_algorithm_as_the_simulator_runs_it(gray28, tmp_path):
   pytest.importorskip("flwr")
