@@ -77,11 +77,11 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(cache, ignore_errors=True)
 
 
-# FEDJAX_HET_COMPILE_CENSUS=<dir>: every XLA compile of a test process (not its
-# subprocesses) as a line of <dir>/<pid>.jsonl: the test (and phase) it ran in, the
-# function, seconds, and whether the persistent cache served it; its tracing and
-# lowering too. For finding where the
-# suite's time goes (tests/compile_census.py sums the lines).
+# FEDJAX_HET_COMPILE_CENSUS=<dir>: where the suite's time goes, as lines of
+# <dir>/<pid>.jsonl (tests/compile_census.py sums them): each test phase's CPU seconds
+# (its process and the subprocesses it waited for), and every XLA compile, trace and
+# lowering of a test process (not of its subprocesses): the phase it ran in, the
+# function, seconds, and whether the persistent cache served a compile.
 _CENSUS_DIR = os.environ.get("FEDJAX_HET_COMPILE_CENSUS")
 _census_where = ["(collection)"]
 _CENSUS_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
@@ -89,9 +89,18 @@ _CENSUS_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
                   "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
 
 
-def _start_census(directory):
+@functools.cache
+def _census_file():
+  return open(os.path.join(_CENSUS_DIR, f"{os.getpid()}.jsonl"), "a", buffering=1)
+
+
+def _census_write(kind, secs, fun="", hit=None):
+  _census_file().write(json.dumps({"where": _census_where[0], "kind": kind, "fun": fun,
+                                   "secs": round(secs, 3), "hit": hit}) + "\n")
+
+
+def _start_census():
   from jax import monitoring
-  out = open(os.path.join(directory, f"{os.getpid()}.jsonl"), "a", buffering=1)
   hit = [False]
 
   def on_event(event, **kwargs):
@@ -100,19 +109,18 @@ def _start_census(directory):
 
   def on_duration(event, secs, **kwargs):
     kind = _CENSUS_EVENTS.get(event)
-    if kind:
-      out.write(json.dumps({"where": _census_where[0], "kind": kind,
-                            "fun": kwargs.get("fun_name", ""), "secs": round(secs, 3),
-                            "hit": hit[0] if kind == "compile" else None}) + "\n")
-      if kind == "compile":
-        hit[0] = False
+    if kind == "compile":
+      _census_write(kind, secs, kwargs.get("fun_name", ""), hit[0])
+      hit[0] = False
+    elif kind:
+      _census_write(kind, secs, kwargs.get("fun_name", ""))
 
   monitoring.register_event_listener(on_event)
   monitoring.register_event_duration_secs_listener(on_duration)
 
 
 if _CENSUS_DIR:
-  _start_census(_CENSUS_DIR)
+  _start_census()
 
 
 def _cpu_s() -> float:
@@ -123,6 +131,7 @@ def _cpu_s() -> float:
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@contextlib.contextmanager
 def _census_phase(item, phase):
   """Names the phase for the census and, after it, writes its CPU seconds."""
   if not _CENSUS_DIR:
@@ -133,26 +142,24 @@ def _census_phase(item, phase):
   try:
     yield
   finally:
-    with open(os.path.join(_CENSUS_DIR, f"{os.getpid()}.jsonl"), "a") as f:
-      f.write(json.dumps({"where": _census_where[0], "kind": "cpu", "fun": "",
-                          "secs": round(_cpu_s() - start, 3), "hit": None}) + "\n")
+    _census_write("cpu", _cpu_s() - start)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-  with contextlib.contextmanager(_census_phase)(item, "setup"):
+  with _census_phase(item, "setup"):
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-  with contextlib.contextmanager(_census_phase)(item, "call"):
+  with _census_phase(item, "call"):
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item):
-  with contextlib.contextmanager(_census_phase)(item, "teardown"):
+  with _census_phase(item, "teardown"):
     return (yield)
 
 
