@@ -45,7 +45,7 @@ def test_class_table_uplink_holds_no_parameters(tiny_config, name):
   exp = experiment.prepare(tiny_config(name, "tiny"))
   rt, data = exp.runtime, exp.data
   net = models.get_model("tiny", num_classes=10)
-  params = net.init(jax.random.PRNGKey(0), dummy_input())["params"]
+  params = net.init(jax.random.PRNGKey(0), rt.dummy_input())["params"]
   idx, mask = data.groups[0].train_idx[0], data.groups[0].train_mask[0]
   up = jax.jit(lambda p: (fd if name == "fd" else fedproto).uplink(
       net, p, data, idx, mask, rt))(params)

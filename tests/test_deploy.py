@@ -6,6 +6,7 @@ The Flower App is tested in test_flower_app.py (one process) and test_deploy_flo
 import jax
 import numpy as np
 import pytest
+from conftest import make_tiny_config
 
 from fedjax_het.deploy import federation as fed_lib
 
@@ -96,11 +97,12 @@ def test_standalone_sends_nothing(small_fed):
     assert not jax.tree.leaves(fed_lib.abstract_payload(fed, g))
 
 
-def test_silo_with_its_own_arrays_needs_no_shared_data(small_fed, tiny_config):
-  with_data = small_fed(models="tiny,tiny2")
-  fed = fed_lib.prepare_federation(
-      tiny_config("fedmrl", "tiny,tiny2", {"num_clients": 4, "data.path": "/nonexistent.npz"}),
-      with_data=False)
+def test_silo_with_its_own_arrays_needs_no_shared_data(synthetic_npz):
+  # CIFAR-10's name: a federation without data is laid out from a built-in dataset's
+  # shape and classes
+  config = lambda path: make_tiny_config(path, "fedmrl", "tiny,tiny2", {"num_clients": 4})
+  with_data = fed_lib.prepare_federation(config(synthetic_npz))
+  fed = fed_lib.prepare_federation(config("/nonexistent.npz"), with_data=False)
   assert fed.data is None and fed.runtime.layout == with_data.runtime.layout
   rng = np.random.default_rng(0)
   x = rng.integers(0, 255, (20, 32, 32, 3), dtype=np.uint8)

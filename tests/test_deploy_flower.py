@@ -203,7 +203,8 @@ def runs(link):
 
   1. FedMRL until its server has checkpointed round 1; then the SuperLink is SIGKILLed
      (the ServerApp dies with it) and restarted (same database: the registered
-     SuperNodes reconnect).
+     SuperNodes reconnect); the restart stops the dead run, so the SuperNodes stop
+     pulling its round-2 message (kept running, it held them about 40 s).
   2. FedMRL resubmitted (it resumes from its checkpoint, and its clients from theirs),
      FedMoE and FedAvg submitted beside it: three runs side by side on the same
      SuperNodes. (FedMoE and FedAvg start after the restart: a SuperNode serves one
@@ -214,13 +215,14 @@ def runs(link):
      and a round waits 5 s for stragglers once 2 uploads are in.
   """
   t0 = time.monotonic()
-  _, fedmrl = submit(link, "fedmrl", *SPECS["fedmrl"])
+  first, fedmrl = submit(link, "fedmrl", *SPECS["fedmrl"])
   step1 = os.path.join(fedmrl["workdir"], "checkpoints", "1")
   while not os.path.exists(step1) and time.monotonic() < t0 + TIMEOUT:
     time.sleep(0.1)  # orbax renames a step's directory once it is complete
   assert os.path.exists(step1), _tail(fedmrl["workdir"])
   link.kill("superlink")  # SIGKILL
-  link.start_superlink()
+  link.start_superlink()  # stops the run that died with it (Loopback.stop_orphaned_runs)
+  assert link.status(first).startswith("finished:")  # stopped, or failed by the SuperLink
   submitted = {"fedmrl": (link.submit(fedmrl), fedmrl)}
   submitted.update({name: submit(link, name, *SPECS[name]) for name in ("fedmoe", "fedavg")})
   for name in ("fedmrl", "fedmoe", "fedavg"):

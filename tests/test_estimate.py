@@ -8,6 +8,7 @@ import sys
 import jax
 import pytest
 from conftest import TINY_SHARED
+from conftest import make_tiny_config
 
 from fedjax_het.sweeps import budget
 from fedjax_het.sweeps import runner
@@ -25,12 +26,12 @@ pytestmark = pytest.mark.usefixtures("compile_bound")
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedmrl", "fedmoe"])
-def test_step_flops_agree_with_the_analytic_count(tiny_config, algorithm):
+def test_step_flops_agree_with_the_analytic_count(synthetic_npz, algorithm):
   """XLA's count of one local step (lowered, loops counted once) against
-  ``compare.train_flops_per_example`` (layer sizes): within 3 %."""
+  ``compare.train_flops_per_example`` (layer sizes, on CIFAR's 32x32 images): within 3 %."""
   cnn5_shared = {key: "cnn5" for key in TINY_SHARED.get(algorithm, {})}  # the analytic's
-  exp = experiment.prepare(tiny_config(algorithm, models="cnn1", overrides=cnn5_shared),
-                           place=False)
+  exp = experiment.prepare(make_tiny_config(synthetic_npz, algorithm, models="cnn1",
+                                            overrides=cnn5_shared), place=False)
   train, predict = estimate.step_flops(exp)
   analytic = compare.train_flops_per_example(algorithm, arch="cnn1")
   assert train[0] == pytest.approx(analytic, rel=0.03)

@@ -214,7 +214,7 @@ def test_synthetic_public_domain_needs_no_held_out_images(tiny_config):
   rng = jax.random.PRNGKey(5)
   public = exp.algorithm.protocol.server_data(exp.data, rng)
   expected = normalize(moss_lib.synthetic_images(
-      jax.random.fold_in(rng, moss_lib.PUBLIC_SEED), 16, (32, 32, 3)),
+      jax.random.fold_in(rng, moss_lib.PUBLIC_SEED), 16, exp.runtime.layout.image_shape),
       exp.runtime.normalization)
   np.testing.assert_allclose(public, expected, rtol=1e-6)
   init = program.compile_fns(exp).init

@@ -184,7 +184,7 @@ def deployed_test_counts(rt, proto, state, data):
   """
   def count(g, client, payload, own, idx, mask):
     return cl.evaluate_client(proto.predict(g, client, payload), own.x, own.y, idx, mask,
-                              batch_size=rt.batch_size, dtype=rt.compute_dtype)
+                              **rt.eval_options())
   count = jax.jit(count, static_argnums=0)
   out = []
   for g, index in enumerate(data.groups):

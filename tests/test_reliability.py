@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_tiny_config
 
 from fedjax_het.algorithms import SPECS
 from fedjax_het.training import loop
@@ -128,7 +129,7 @@ BAD_INPUTS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_fails_before_compute_and_keeps_the_previous_run(
-    case, tiny_config, synthetic_npz, tmp_path, monkeypatch):
+    case, synthetic_npz, tmp_path, monkeypatch):
   workdir = tmp_path / "run"
   workdir.mkdir()
   before = {}
@@ -142,7 +143,8 @@ def test_bad_input_fails_before_compute_and_keeps_the_previous_run(
 
   monkeypatch.setattr(loop, "compile_fns", no_compile)
   with pytest.raises(error, match=message):
-    loop.run(tiny_config(overrides=make_overrides(synthetic_npz, tmp_path)),
+    # CIFAR-10's name and shape: its npz is checked against them
+    loop.run(make_tiny_config(synthetic_npz, overrides=make_overrides(synthetic_npz, tmp_path)),
              str(workdir), log=lambda s: None)
   assert sorted(os.listdir(workdir)) == sorted(before)
   assert {n: (workdir / n).read_text() for n in before} == before

@@ -94,13 +94,13 @@ SEEDS = (0, 1)
 
 
 @pytest.fixture(scope="module")
-def separate_runs(synthetic_npz, tmp_path_factory):
+def separate_runs(tiny_npz, tmp_path_factory):
   """``[(workdir, summary)]``: plain runs of ``_config``'s seeds 0 and 1 (threefry keys,
   one device), made once for the tests that hold a batch of those seeds against them
   and for the deadline test (seed 0 is its uninterrupted run). The tests that use it or
   its program are one xdist group: one worker runs them, in this file's order."""
   root = tmp_path_factory.mktemp("separate")
-  make = functools.partial(make_tiny_config, synthetic_npz)
+  make = functools.partial(make_tiny_config, tiny_npz)
   with jax.default_prng_impl("threefry2x32"):
     return [(root / f"sep{s}", loop.run(_config(make, s), str(root / f"sep{s}"),
                                          log=lambda _: None)) for s in SEEDS]

@@ -65,8 +65,9 @@ def test_standalone_run_writes_outputs(tiny_config, tmp_path, monkeypatch):
 def test_fedavg_counts_whole_model_both_ways(tiny_config, tmp_path):
   loop.run(tiny_config("fedavg", "tiny"), str(tmp_path), log=lambda s: None)
   rows = _rows(tmp_path)
-  # conv1, conv2, fc1 (5*5*8 -> 32), fc2 (32 -> 500), header (500 -> 10)
-  tiny = (5 * 5 * 3 * 4 + 4) + (5 * 5 * 4 * 8 + 8) + (200 * 32 + 32) + (32 * 500 + 500) + 5010
+  # conv1, conv2, fc1 (1*1*8 -> 32: tiny_config's 16x16 images, 5x5 convs and 2x2
+  # pools: 16 -> 12 -> 6 -> 2 -> 1), fc2 (32 -> 500), header (500 -> 10)
+  tiny = (5 * 5 * 3 * 4 + 4) + (5 * 5 * 4 * 8 + 8) + (8 * 32 + 32) + (32 * 500 + 500) + 5010
   assert rows[0]["uplink_params"] == tiny and rows[0]["downlink_params"] == tiny
   assert rows[1]["uplink_params"] == 2 * tiny  # cumulative
 
@@ -249,7 +250,8 @@ def test_progress_lines_from_round_one(tiny_config, tmp_path):
   logs = []
   loop.run(tiny_config(models="tiny", overrides={"num_rounds": 4, "eval_every": 4}),
            str(tmp_path), log=logs.append)
-  assert logs[0].startswith("standalone | cifar10 (800 examples, pool pooled; npz:")
+  assert logs[0].startswith("standalone | synthetic (800 examples of 16x16x3, 10 classes, "
+                             "pool pooled; npz:")
   assert " | 8 clients (tiny x8), 8 per round | " in logs[0]
   assert logs[1].startswith("round 1/4 | sampled clients acc")  # before any evaluation
   assert logs[2].startswith("compiled in ")

@@ -146,7 +146,12 @@ class Loopback:
     return out
 
   def start_superlink(self, timeout: float = 60) -> None:
-    """Starts (or restarts) the SuperLink and waits until it accepts connections."""
+    """Starts (or restarts) the SuperLink and waits until it accepts connections.
+
+    A restart (the database exists) then stops every run the database still holds as
+    unfinished (``stop_orphaned_runs``).
+    """
+    restart = os.path.exists(self.path("superlink.db"))
     args = [self.bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
             "--database", self.path("superlink.db"),
             "--disable-runtime-dependency-installation"]
@@ -163,10 +168,42 @@ class Loopback:
         raise RuntimeError(f"the SuperLink exited:\n{self.logs('superlink')[-3000:]}")
       try:
         socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-        return
       except OSError:
         time.sleep(0.2)
+        continue
+      if restart:
+        self.stop_orphaned_runs()
+      return
     raise RuntimeError(f"the SuperLink did not listen on {self.port} within {timeout}s")
+
+  def stop_orphaned_runs(self) -> list[int]:
+    """Stops (``flwr stop``) the runs a restarted SuperLink's database holds as not
+    finished; returns the ids of those it stopped.
+
+    Their ServerApps ran under the previous SuperLink and died with it, and so did the
+    objects of the messages they had sent (a SuperLink keeps them in memory). Left
+    running, such a run holds every SuperNode that was pulling one of its messages:
+    Flower's SuperNode retries a missing object with a growing backoff until the run is
+    marked failed for its missed heartbeats (about 40 s in tests/test_deploy_flower.py,
+    before any message of a resubmitted run). Stopped, the next retry is refused and the
+    SuperNode moves on. A resubmitted run is a new run, so nothing of the stopped ones
+    is needed. A run the SuperLink finishes itself meanwhile (``Run is already
+    finished``) is left as it is.
+    """
+    out = self.flwr("list", CONNECTION, "--format", "json")
+    orphans = [int(r["run-id"]) for r in _json_of(out.stdout).get("runs", [])
+               if not str(r["status"]).startswith(FINISHED)]
+    stopped = []
+    for run_id in orphans:
+      out = self.flwr("stop", str(run_id), CONNECTION, check=False)
+      if out.returncode and "already finished" not in out.stdout + out.stderr:
+        raise RuntimeError(f"flwr stop {run_id} failed ({out.returncode}):\n"
+                           f"{out.stdout}\n{out.stderr}")
+      if not out.returncode:
+        stopped.append(run_id)
+        self.log(f"federation: stopped run {run_id}: its ServerApp died with the previous "
+                 "SuperLink")
+    return stopped
 
   def register(self, name: str) -> certs.NodeKey:
     """Makes SuperNode ``name``'s key pair (once) and registers its public key under
