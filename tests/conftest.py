@@ -91,6 +91,7 @@ _CENSUS_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
 
 @functools.cache
 def _census_file():
+  os.makedirs(_CENSUS_DIR, exist_ok=True)
   return open(os.path.join(_CENSUS_DIR, f"{os.getpid()}.jsonl"), "a", buffering=1)
 
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import TINY_DATA
 from conftest import make_tiny_config
 
 from fedjax_het.algorithms import SPECS
@@ -19,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import kill_resume  # noqa: E402
 
-# Smoke configs shrunk further (tiny models, synthetic data) so three processes per
+# Smoke configs shrunk further (tiny models, 16x16 synthetic images) so three processes per
 # algorithm fit in CI; `python benchmarks/kill_resume.py --all` runs the full smokes.
 SHRINK = {
     "fedmrl": ["--config.algo.small_arch=tiny", "--config.algo.d1=20"],
@@ -34,11 +35,12 @@ PROTOCOL = ["--config.momentum=0.9", "--config.weight_decay=1e-3", "--config.gra
 
 
 @pytest.mark.parametrize("name", sorted(SHRINK))
-def test_sigkill_and_resume_equals_an_uninterrupted_run(name, synthetic_npz, tmp_path):
+def test_sigkill_and_resume_equals_an_uninterrupted_run(name, tiny_npz, tmp_path):
   cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "kill_resume.py"),
          f"--config={os.path.join(ROOT, 'experiments', name + '.py')}:smoke", "--kills=2",
          f"--workdir={tmp_path}", "--", "--config.models=tiny", "--config.num_rounds=4",
-         f"--config.data.path={synthetic_npz}", *PROTOCOL, *SHRINK[name]]
+         f"--config.data.path={tiny_npz}", f"--config.data.name={TINY_DATA}", *PROTOCOL,
+         *SHRINK[name]]
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout + out.stderr[-3000:]
   assert "killed during a checkpoint write" in out.stdout
