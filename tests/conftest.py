@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -95,9 +96,9 @@ def _census_file():
   return open(os.path.join(_CENSUS_DIR, f"{os.getpid()}.jsonl"), "a", buffering=1)
 
 
-def _census_write(kind, secs, fun="", hit=None):
+def _census_write(kind, secs, fun="", hit=None, **more):
   _census_file().write(json.dumps({"where": _census_where[0], "kind": kind, "fun": fun,
-                                   "secs": round(secs, 3), "hit": hit}) + "\n")
+                                   "secs": round(secs, 3), "hit": hit, **more}) + "\n")
 
 
 def _start_census():
@@ -134,16 +135,18 @@ def _cpu_s() -> float:
 
 @contextlib.contextmanager
 def _census_phase(item, phase):
-  """Names the phase for the census and, after it, writes its CPU seconds."""
+  """Names the phase for the census and, after it, writes its CPU seconds and its wall
+  clock (``start``, ``wall``: when each worker ran what, whether one waited at the end)."""
   if not _CENSUS_DIR:
     yield
     return
   _census_where[0] = f"{item.nodeid} {phase}"
-  start = _cpu_s()
+  start, wall = _cpu_s(), time.time()
   try:
     yield
   finally:
-    _census_write("cpu", _cpu_s() - start)
+    _census_write("cpu", _cpu_s() - start, start=round(wall, 3),
+                  wall=round(time.time() - wall, 3))
 
 
 @pytest.hookimpl(wrapper=True)
