@@ -222,15 +222,20 @@ def fresh_trace_counts():
   chex.clear_trace_counter()
 
 
-@pytest.fixture(scope="session")
-def synthetic_npz(tmp_path_factory):
-  """A small learnable CIFAR-shaped dataset saved as npz (600 train + 200 test)."""
+def _save_synthetic(directory, name: str, **shape) -> str:
+  """``make_synthetic(600, 200, 10, seed=0, **shape)`` saved as ``<directory>/<name>.npz``."""
   from fedjax_het.data import make_synthetic
-  raw = make_synthetic(600, 200, 10, seed=0)
-  path = tmp_path_factory.mktemp("data") / "cifar10.npz"
+  raw = make_synthetic(600, 200, 10, seed=0, **shape)
+  path = directory / f"{name}.npz"
   np.savez(path, x_train=raw.x_train, y_train=raw.y_train, x_test=raw.x_test,
            y_test=raw.y_test)
   return str(path)
+
+
+@pytest.fixture(scope="session")
+def synthetic_npz(tmp_path_factory):
+  """A small learnable CIFAR-shaped dataset saved as npz (600 train + 200 test)."""
+  return _save_synthetic(tmp_path_factory.mktemp("data"), "cifar10")
 
 
 # ``tiny_config``'s data: ``tiny_npz``, 16x16 RGB images of a dataset of its own name. A
@@ -244,12 +249,8 @@ TINY_IMAGE_SHAPE = (16, 16, 3)
 @pytest.fixture(scope="session")
 def tiny_npz(tmp_path_factory):
   """``synthetic_npz``'s classes and sizes on ``TINY_IMAGE_SHAPE`` images (``TINY_DATA``)."""
-  from fedjax_het.data import make_synthetic
-  raw = make_synthetic(600, 200, 10, seed=0, image_shape=TINY_IMAGE_SHAPE)
-  path = tmp_path_factory.mktemp("tiny_data") / f"{TINY_DATA}.npz"
-  np.savez(path, x_train=raw.x_train, y_train=raw.y_train, x_test=raw.x_test,
-           y_test=raw.y_test)
-  return str(path)
+  return _save_synthetic(tmp_path_factory.mktemp("tiny_data"), TINY_DATA,
+                         image_shape=TINY_IMAGE_SHAPE)
 
 
 # ``tiny_config`` overrides of a test of the sharded paths: every forced host device
