@@ -255,6 +255,8 @@ def test_fedmrl_resumed_after_a_superlink_restart_equals_the_simulator(runs, lin
   assert "registered as 'client-2': claims client id 2, not one of [0, 2)" in server_log
   for k in range(3):  # every SuperNode keeps its replies in step (deploy.supernode)
     assert link.logs(f"client-{k}").startswith(supernode.KEPT_IN_STEP)
+    # ... and starts its ClientApps through the launcher
+    assert supernode.QUICK_CLIENTAPP in link.logs(f"client-{k}").splitlines()[1]
   assert_equal_to_simulator(workdir, *SPECS["fedmrl"], tmp_path / "sim", 2)
 
 

@@ -1,5 +1,6 @@
 """fedjax_het.deploy.supernode: Flower 1.42's SuperNode pull, as Flower runs it, with a
 stored message whose run stops before it is confirmed."""
+import os
 import subprocess
 import sys
 import time
@@ -97,3 +98,26 @@ def test_poll_interval_bounds_the_loops_waits():
                "assert time.monotonic() - t < 1, 'slept'; assert l.time.time() > 0")
   with pytest.raises(ValueError, match="--poll-interval=0.0: must be positive"):
     supernode.bound_waits(0.0)
+
+
+def test_the_clientapp_launcher_runs_flowers_command_without_the_supernodes_imports(
+    tmp_path):
+  # in a fresh process: Flower's own function, and none of the SuperNode's servers
+  out = subprocess.run(
+      [sys.executable, "-c", "import sys; from fedjax_het.deploy import supernode as s; "
+       "f = s.load_flwr_clientapp(); print(f.__module__, f.__name__, "
+       "sorted(m for m in ('flwr.supernode.cli.flower_supernode', 'sqlalchemy', "
+       "'alembic') if m in sys.modules))"], capture_output=True, text=True, timeout=120)
+  assert out.stdout.split() == ["flwr.supernode.cli.flwr_clientapp", "flwr_clientapp", "[]"]
+  # the command on PATH: this interpreter, and the command line of Flower's flwr-clientapp
+  directory = supernode.clientapp_launcher(str(tmp_path))
+  launcher = os.path.join(directory, supernode.CLIENTAPP)
+  assert directory == str(tmp_path) and os.access(launcher, os.X_OK)
+  assert open(launcher).readline() == f"#!{sys.executable}\n"
+  flowers = os.path.join(os.path.dirname(sys.executable), supernode.CLIENTAPP)
+  helps = [subprocess.run([cmd, "--help"], capture_output=True, text=True, timeout=120)
+           for cmd in (launcher, flowers)]
+  assert helps[0].returncode == helps[1].returncode == 0
+  assert helps[0].stdout == helps[1].stdout and "--token" in helps[0].stdout
+  assert supernode.clientapp_launcher(str(tmp_path)) == directory  # rewritten in place
+  assert os.listdir(directory) == [supernode.CLIENTAPP]

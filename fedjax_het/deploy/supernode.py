@@ -23,14 +23,26 @@ Usage (``--poll-interval``, then the flags of ``flower-supernode``)::
 
   python -m fedjax_het.deploy.supernode --poll-interval 0.5 --superlink 127.0.0.1:9093 ...
 
+Each message a SuperNode pulls runs in a new ClientApp process, which Flower's
+SuperExec starts as the ``flwr-clientapp`` on ``PATH``. Flower's command imports the
+package ``flwr.supernode.cli`` first, whose ``__init__`` imports the SuperNode itself
+(FastAPI, SQLAlchemy, Alembic: 0.55 s of a 2 s start, one 2-core machine). ``main``
+puts first on ``PATH`` a ``flwr-clientapp`` (``clientapp_launcher``) that runs the same
+function of Flower, ``flwr_clientapp``, without that package ``__init__``
+(``load_flwr_clientapp``).
+
 ``fedjax_het.deploy.loopback`` starts its SuperNodes so. Imports only Flower.
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
+import importlib.util
 import inspect
+import os
 import sys
+import tempfile
 import time
 import types
 from typing import Callable
@@ -40,6 +52,10 @@ CONFIRM = "confirm_message_received"
 # the SuperNode's first line (its log says which loop it runs)
 KEPT_IN_STEP = ("fedjax_het.deploy.supernode: Flower's SuperNode loop kept in step with "
                 "its replies after a run stops")
+# the command Flower's SuperExec starts per message, and the line saying whose it runs
+CLIENTAPP = "flwr-clientapp"
+QUICK_CLIENTAPP = ("fedjax_het.deploy.supernode: ClientApps start as Flower's "
+                   "flwr_clientapp without the SuperNode's imports: ")
 
 
 def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -87,8 +103,53 @@ def bound_waits(poll_interval: float) -> None:
   loop.time = types.SimpleNamespace(**{**vars(time), "sleep": sleep})
 
 
+def load_flwr_clientapp() -> Callable[[], None]:
+  """Flower's ``flwr_clientapp`` (the ``flwr-clientapp`` command), its module imported
+  without running the package ``flwr.supernode.cli``'s ``__init__`` (which imports the
+  SuperNode's servers); the package's own import where it was imported already."""
+  name = "flwr.supernode.cli"
+  if name not in sys.modules:
+    spec = importlib.util.find_spec("flwr.supernode")
+    package = types.ModuleType(name, "Flower's SuperNode commands (modules on demand)")
+    package.__path__ = [os.path.join(os.path.dirname(spec.origin), "cli")]
+    sys.modules[name] = package
+  from flwr.supernode.cli.flwr_clientapp import flwr_clientapp  # pylint: disable=import-outside-toplevel
+  return flwr_clientapp
+
+
+def clientapp_main() -> None:
+  """``flwr-clientapp``, as Flower's (``load_flwr_clientapp``)."""
+  load_flwr_clientapp()()
+
+
+def clientapp_launcher(directory: str | None = None) -> str:
+  """Writes ``<directory>/flwr-clientapp`` (``clientapp_main`` under this interpreter).
+
+  Args:
+    directory: where; default a folder of the temporary directory named by the user
+      and this interpreter, rewritten (atomically) at every SuperNode start.
+
+  Returns:
+    the directory, to put first on ``PATH``.
+  """
+  if directory is None:
+    digest = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    directory = os.path.join(tempfile.gettempdir(),
+                             f"fedjax_het_clientapp_{os.getuid()}_{digest}")
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, CLIENTAPP)
+  fd, temporary = tempfile.mkstemp(dir=directory)
+  with os.fdopen(fd, "w") as f:
+    f.write(f"#!{sys.executable}\nfrom fedjax_het.deploy.supernode import clientapp_main\n"
+            "clientapp_main()\n")
+  os.chmod(temporary, 0o755)
+  os.replace(temporary, path)
+  return directory
+
+
 def main(argv: list[str] | None = None) -> None:
-  """``flower-supernode`` with ``patch`` applied (and ``--poll-interval``)."""
+  """``flower-supernode`` with ``patch`` applied (and ``--poll-interval``), its
+  ClientApps started by ``clientapp_launcher``'s command."""
   from flwr.supernode.cli import flower_supernode  # pylint: disable=import-outside-toplevel
   parser = argparse.ArgumentParser(add_help=False)
   parser.add_argument("--poll-interval", type=float, default=None)
@@ -100,6 +161,9 @@ def main(argv: list[str] | None = None) -> None:
   else:
     print("fedjax_het.deploy.supernode: this Flower's SuperNode loop differs from 1.42's; "
           "running it unchanged", file=sys.stderr, flush=True)
+  launcher = clientapp_launcher()
+  os.environ["PATH"] = launcher + os.pathsep + os.environ.get("PATH", "")
+  print(QUICK_CLIENTAPP + os.path.join(launcher, CLIENTAPP), file=sys.stderr, flush=True)
   sys.argv[:] = ["flower-supernode", *flowers]
   flower_supernode()
 
