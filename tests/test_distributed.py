@@ -22,6 +22,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from conftest import COMPILE_BOUND_ENV
 from conftest import SHARDED
 
 from fedjax_het import distributed
@@ -52,7 +53,7 @@ def run_two_processes(config, workdir) -> list[str]:
   Both processes are killed if one fails or ``LAUNCH_TIMEOUT_S`` passes.
   """
   port = free_port()
-  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2",
+  env = dict(os.environ, **COMPILE_BOUND_ENV, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2",
              JAX_DEFAULT_PRNG_IMPL=jax.config.jax_default_prng_impl,  # this process's
              JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
   base = [sys.executable, MAIN, f"--config={os.path.join(ROOT, 'experiments', 'fedavg.py')}",
@@ -93,6 +94,7 @@ def _summary(workdir):
   return summary
 
 
+@pytest.mark.compile_bound  # 3 rounds: level 0, and so are the processes (COMPILE_BOUND_ENV)
 def test_two_processes_match_one_process_and_resume(tiny_config, tmp_path):
   config = lambda rounds: tiny_config("fedavg", "tiny", {"num_rounds": rounds, **SHARDED})
   one = loop.run(config(3), str(tmp_path / "one"), log=lambda s: None)

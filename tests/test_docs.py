@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import COMPILE_BOUND_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -30,8 +31,11 @@ make_quickstart = _load(os.path.join(DOCS, "make_quickstart.py"), "make_quicksta
 
 
 def run_main(*flags, cwd=ROOT):
+  """``experiments/main.py`` with ``flags``, its programs compiled at level 0 (a run of a
+  few rounds: conftest's ``compile_bound``)."""
   return subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "main.py"),
-                         *flags], capture_output=True, text=True, timeout=600, cwd=cwd)
+                         *flags], capture_output=True, text=True, timeout=600, cwd=cwd,
+                        env=dict(os.environ, **COMPILE_BOUND_ENV))
 
 
 @pytest.fixture(scope="module")
