@@ -9,6 +9,9 @@ import pytest
 
 from fedjax_het import models
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 B = 2
 REP = 16  # the tiny test model's representation width
 TINY = models.get_model("tiny", num_classes=10, rep_dim=REP)

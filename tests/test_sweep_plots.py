@@ -30,6 +30,9 @@ from fedjax_het.sweeps import results_page  # noqa: E402
 from fedjax_het.sweeps import runner as sweep  # noqa: E402
 from fedjax_het.sweeps import tables  # noqa: E402
 
+# programs that compile far longer than they run: level 0 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_bound")
+
 EXPERIMENTS = os.path.join(ROOT, "experiments")  # the algorithms sweep files name
 
 SETTING = "N=4,C=100%"
