@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import COMPILE_BOUND_ENV
 from conftest import TINY_DATA
 from conftest import make_tiny_config
 
@@ -41,7 +42,10 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(name, tiny_npz, tmp_path
          f"--workdir={tmp_path}", "--", "--config.models=tiny", "--config.num_rounds=4",
          f"--config.data.path={tiny_npz}", f"--config.data.name={TINY_DATA}", *PROTOCOL,
          *SHRINK[name]]
-  out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+  # four processes of 4 tiny rounds each (one uninterrupted, two killed, the last
+  # resumed), all compiled at level 0 (conftest's ``compile_bound``)
+  out = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, **COMPILE_BOUND_ENV))
   assert out.returncode == 0, out.stdout + out.stderr[-3000:]
   assert "killed during a checkpoint write" in out.stdout
   assert "IDENTICAL" in out.stdout
