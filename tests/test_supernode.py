@@ -121,3 +121,16 @@ def test_the_clientapp_launcher_runs_flowers_command_without_the_supernodes_impo
   assert helps[0].stdout == helps[1].stdout and "--token" in helps[0].stdout
   assert supernode.clientapp_launcher(str(tmp_path)) == directory  # rewritten in place
   assert os.listdir(directory) == [supernode.CLIENTAPP]
+
+
+def test_the_launcher_goes_first_on_path_or_flowers_command_runs(tmp_path):
+  environ = {"PATH": "/usr/bin"}
+  line = supernode.use_clientapp_launcher(str(tmp_path / "bin"), environ)
+  assert line == supernode.QUICK_CLIENTAPP + str(tmp_path / "bin" / supernode.CLIENTAPP)
+  assert environ["PATH"] == f"{tmp_path / 'bin'}{os.pathsep}/usr/bin"
+  (tmp_path / "file").write_text("")  # not a directory: the launcher cannot be written
+  environ = {"PATH": "/usr/bin"}
+  line = supernode.use_clientapp_launcher(str(tmp_path / "file" / "bin"), environ)
+  assert line.startswith("fedjax_het.deploy.supernode: ClientApps start as Flower's "
+                         "flwr-clientapp (the launcher could not be written: ")
+  assert environ == {"PATH": "/usr/bin"}

@@ -29,7 +29,8 @@ package ``flwr.supernode.cli`` first, whose ``__init__`` imports the SuperNode i
 (FastAPI, SQLAlchemy, Alembic: 0.55 s of a 2 s start, one 2-core machine). ``main``
 puts first on ``PATH`` a ``flwr-clientapp`` (``clientapp_launcher``) that runs the same
 function of Flower, ``flwr_clientapp``, without that package ``__init__``
-(``load_flwr_clientapp``).
+(``load_flwr_clientapp``); where the launcher cannot be written, Flower's command runs
+(``use_clientapp_launcher``; the SuperNode's second log line says which).
 
 ``fedjax_het.deploy.loopback`` starts its SuperNodes so. Imports only Flower.
 """
@@ -147,6 +148,21 @@ def clientapp_launcher(directory: str | None = None) -> str:
   return directory
 
 
+def use_clientapp_launcher(directory: str | None = None, environ=None) -> str:
+  """Puts ``clientapp_launcher(directory)`` first on ``environ['PATH']`` (default: this
+  process's, which the SuperExec inherits); returns the line saying so. Where the
+  launcher cannot be written, ``PATH`` stays and the line says that Flower's command runs.
+  """
+  environ = os.environ if environ is None else environ
+  try:
+    launcher = clientapp_launcher(directory)
+  except OSError as err:
+    return (f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP} "
+            f"(the launcher could not be written: {err})")
+  environ["PATH"] = launcher + os.pathsep + environ.get("PATH", "")
+  return QUICK_CLIENTAPP + os.path.join(launcher, CLIENTAPP)
+
+
 def main(argv: list[str] | None = None) -> None:
   """``flower-supernode`` with ``patch`` applied (and ``--poll-interval``), its
   ClientApps started by ``clientapp_launcher``'s command."""
@@ -161,9 +177,7 @@ def main(argv: list[str] | None = None) -> None:
   else:
     print("fedjax_het.deploy.supernode: this Flower's SuperNode loop differs from 1.42's; "
           "running it unchanged", file=sys.stderr, flush=True)
-  launcher = clientapp_launcher()
-  os.environ["PATH"] = launcher + os.pathsep + os.environ.get("PATH", "")
-  print(QUICK_CLIENTAPP + os.path.join(launcher, CLIENTAPP), file=sys.stderr, flush=True)
+  print(use_clientapp_launcher(), file=sys.stderr, flush=True)
   sys.argv[:] = ["flower-supernode", *flowers]
   flower_supernode()
 
