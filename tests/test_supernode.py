@@ -134,3 +134,13 @@ def test_the_launcher_goes_first_on_path_or_flowers_command_runs(tmp_path):
   assert line.startswith("fedjax_het.deploy.supernode: ClientApps start as Flower's "
                          "flwr-clientapp (the launcher could not be written: ")
   assert environ == {"PATH": "/usr/bin"}
+
+
+def test_a_flower_without_the_command_where_it_was_runs_its_own(tmp_path, monkeypatch):
+  assert supernode.flowers_command_found()  # Flower 1.42 (pyproject pins it)
+  monkeypatch.setattr(supernode, "flowers_command_found", lambda: False)
+  environ = {"PATH": "/usr/bin"}
+  line = supernode.use_clientapp_launcher(str(tmp_path / "bin"), environ)
+  assert line.startswith("fedjax_het.deploy.supernode: ClientApps start as Flower's "
+                         "flwr-clientapp (this Flower has no ")
+  assert environ == {"PATH": "/usr/bin"} and not (tmp_path / "bin").exists()

@@ -29,8 +29,9 @@ package ``flwr.supernode.cli`` first, whose ``__init__`` imports the SuperNode i
 (FastAPI, SQLAlchemy, Alembic: 0.55 s of a 2 s start, one 2-core machine). ``main``
 puts first on ``PATH`` a ``flwr-clientapp`` (``clientapp_launcher``) that runs the same
 function of Flower, ``flwr_clientapp``, without that package ``__init__``
-(``load_flwr_clientapp``); where the launcher cannot be written, Flower's command runs
-(``use_clientapp_launcher``; the SuperNode's second log line says which).
+(``load_flwr_clientapp``); where the launcher cannot be written, or this Flower's layout
+differs from 1.42's, Flower's command runs (``use_clientapp_launcher``; the SuperNode's
+second log line says which).
 
 ``fedjax_het.deploy.loopback`` starts its SuperNodes so. Imports only Flower.
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import os
@@ -118,6 +120,16 @@ def load_flwr_clientapp() -> Callable[[], None]:
   return flwr_clientapp
 
 
+def flowers_command_found() -> bool:
+  """Whether this Flower has ``flwr.supernode.cli.flwr_clientapp.flwr_clientapp`` (1.42's
+  layout, which ``load_flwr_clientapp`` imports)."""
+  try:
+    module = importlib.import_module("flwr.supernode.cli.flwr_clientapp")
+  except ImportError:
+    return False
+  return callable(getattr(module, "flwr_clientapp", None))
+
+
 def clientapp_main() -> None:
   """``flwr-clientapp``, as Flower's (``load_flwr_clientapp``)."""
   load_flwr_clientapp()()
@@ -154,6 +166,9 @@ def use_clientapp_launcher(directory: str | None = None, environ=None) -> str:
   launcher cannot be written, ``PATH`` stays and the line says that Flower's command runs.
   """
   environ = os.environ if environ is None else environ
+  if not flowers_command_found():
+    return (f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP} "
+            "(this Flower has no flwr.supernode.cli.flwr_clientapp.flwr_clientapp)")
   try:
     launcher = clientapp_launcher(directory)
   except OSError as err:
