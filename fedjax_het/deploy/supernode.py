@@ -59,6 +59,8 @@ KEPT_IN_STEP = ("fedjax_het.deploy.supernode: Flower's SuperNode loop kept in st
 CLIENTAPP = "flwr-clientapp"
 QUICK_CLIENTAPP = ("fedjax_het.deploy.supernode: ClientApps start as Flower's "
                    "flwr_clientapp without the SuperNode's imports: ")
+# ... or, followed by why in parentheses, as Flower's own command
+FLOWERS_CLIENTAPP = f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP}"
 
 
 def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -162,18 +164,18 @@ def clientapp_launcher(directory: str | None = None) -> str:
 
 def use_clientapp_launcher(directory: str | None = None, environ=None) -> str:
   """Puts ``clientapp_launcher(directory)`` first on ``environ['PATH']`` (default: this
-  process's, which the SuperExec inherits); returns the line saying so. Where the
-  launcher cannot be written, ``PATH`` stays and the line says that Flower's command runs.
+  process's, which the SuperExec inherits); returns the line saying so. Where this
+  Flower's layout is not 1.42's (``flowers_command_found``) or the launcher cannot be
+  written, ``PATH`` stays and the line says that Flower's command runs, and why.
   """
   environ = os.environ if environ is None else environ
   if not flowers_command_found():
-    return (f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP} "
-            "(this Flower has no flwr.supernode.cli.flwr_clientapp.flwr_clientapp)")
+    return (f"{FLOWERS_CLIENTAPP} (this Flower has no "
+            "flwr.supernode.cli.flwr_clientapp.flwr_clientapp)")
   try:
     launcher = clientapp_launcher(directory)
   except OSError as err:
-    return (f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP} "
-            f"(the launcher could not be written: {err})")
+    return f"{FLOWERS_CLIENTAPP} (the launcher could not be written: {err})"
   environ["PATH"] = launcher + os.pathsep + environ.get("PATH", "")
   return QUICK_CLIENTAPP + os.path.join(launcher, CLIENTAPP)
 
