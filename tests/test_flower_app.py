@@ -3,6 +3,7 @@ the ServerApp's rounds over a fake ``Grid`` that hands every message to the Clie
 
 The federations of real Flower processes are in test_deploy_flower.py.
 """
+import json
 import os
 import re
 import time
@@ -345,3 +346,36 @@ def test_a_failed_run_names_its_exception(tmp_path):
             "imported\n\x1b[91mERROR \x1b[0m:     Exit Code: 201\n")
   assert lb.failure(7) == ("ValueError: config.algorithm='examples.fedprox:SPEC': module "
                            "cannot be imported")
+
+
+def test_orphaned_runs_are_stopped_unless_they_finished_meanwhile(tmp_path):
+  """``Loopback.stop_orphaned_runs`` on canned ``flwr`` replies (Flower 1.42's texts): a
+  stop refused because the run finished between its check and the stop ("couldn't be
+  stopped", seen in a clean clone's CI) is no error when the run's status says finished."""
+  lb = loopback.Loopback(str(tmp_path), port=9999, insecure=True, log=lambda s: None)
+  runs = {1: "running", 2: "pending", 3: "running", 4: "finished:completed"}
+  stops = {1: (0, "Run 1 successfully stopped."), 2: (1, "Run is already finished"),
+           3: (1, "Run 3 couldn't be stopped.")}
+  finished_meanwhile = {3: "finished:failed"}  # by the SuperLink, before the stop
+  stopped = []
+
+  def flwr(*args, check=True):
+    del check
+    if args[0] == "stop":
+      run_id = int(args[1])
+      stopped.append(run_id)
+      runs[run_id] = finished_meanwhile.get(run_id, runs[run_id])
+      code, text = stops[run_id]
+      return types.SimpleNamespace(returncode=code, stdout=text, stderr="")
+    listed = [{"run-id": str(k), "status": v} for k, v in runs.items()
+              if "--run-id" not in args or str(k) == args[args.index("--run-id") + 1]]
+    return types.SimpleNamespace(returncode=0, stdout=json.dumps({"runs": listed}),
+                                 stderr="")
+
+  lb.flwr = flwr
+  assert lb.stop_orphaned_runs() == [1]
+  assert stopped == [1, 2, 3]  # not run 4, finished before
+  runs.update({1: "finished:stopped", 2: "finished:completed", 3: "running"})
+  finished_meanwhile.clear()  # refused, and still running: an error
+  with pytest.raises(RuntimeError, match="flwr stop 3 failed"):
+    lb.stop_orphaned_runs()

@@ -187,8 +187,9 @@ class Loopback:
     marked failed for its missed heartbeats (about 40 s in tests/test_deploy_flower.py,
     before any message of a resubmitted run). Stopped, the next retry is refused and the
     SuperNode moves on. A resubmitted run is a new run, so nothing of the stopped ones
-    is needed. A run the SuperLink finishes itself meanwhile (``Run is already
-    finished``) is left as it is.
+    is needed. A run the SuperLink finishes itself meanwhile is left as it is: Flower says
+    ``Run is already finished``, or, where the run finished between its check and the
+    stop, ``couldn't be stopped`` (its status then says finished).
     """
     out = self.flwr("list", CONNECTION, "--format", "json")
     orphans = [int(r["run-id"]) for r in _json_of(out.stdout).get("runs", [])
@@ -196,7 +197,8 @@ class Loopback:
     stopped = []
     for run_id in orphans:
       out = self.flwr("stop", str(run_id), CONNECTION, check=False)
-      if out.returncode and "already finished" not in out.stdout + out.stderr:
+      if (out.returncode and "already finished" not in out.stdout + out.stderr
+          and not self.status(run_id).startswith(FINISHED)):
         raise RuntimeError(f"flwr stop {run_id} failed ({out.returncode}):\n"
                            f"{out.stdout}\n{out.stderr}")
       if not out.returncode:
