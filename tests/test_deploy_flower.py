@@ -36,6 +36,7 @@ from conftest import COMPILE_BOUND_ENV
 pytest.importorskip("flwr")
 from fedjax_het.deploy import certs  # noqa: E402
 from fedjax_het.deploy import flower  # noqa: E402
+from fedjax_het.deploy import forkserver  # noqa: E402
 from fedjax_het.deploy import loopback  # noqa: E402
 from fedjax_het.deploy import supernode  # noqa: E402
 from fedjax_het.training import loop  # noqa: E402
@@ -255,8 +256,12 @@ def test_fedmrl_resumed_after_a_superlink_restart_equals_the_simulator(runs, lin
   assert "registered as 'client-2': claims client id 2, not one of [0, 2)" in server_log
   for k in range(3):  # every SuperNode keeps its replies in step (deploy.supernode)
     assert link.logs(f"client-{k}").startswith(supernode.KEPT_IN_STEP)
-    # ... and starts its ClientApps through the launcher
-    assert supernode.QUICK_CLIENTAPP in link.logs(f"client-{k}").splitlines()[1]
+    # ... and starts its ClientApps through the launcher, forked from its fork server
+    lines = link.logs(f"client-{k}").splitlines()
+    assert supernode.QUICK_CLIENTAPP in lines[1]
+    assert "fedjax_het.deploy.forkserver: ClientApps fork from" in lines[2]
+    assert any(line.startswith(forkserver.FORKED) for line in lines)
+    assert not any(forkserver.REFUSED in line for line in lines), lines
   assert_equal_to_simulator(workdir, *SPECS["fedmrl"], tmp_path / "sim", 2)
 
 

@@ -144,3 +144,12 @@ def test_a_flower_without_the_command_where_it_was_runs_its_own(tmp_path, monkey
   assert line.startswith("fedjax_het.deploy.supernode: ClientApps start as Flower's "
                          "flwr-clientapp (this Flower has no ")
   assert environ == {"PATH": "/usr/bin"} and not (tmp_path / "bin").exists()
+
+
+def test_a_fork_server_starts_only_for_a_supernode_whose_clientapps_use_the_launcher():
+  quick, flowers = supernode.QUICK_CLIENTAPP + "/x/flwr-clientapp", ["--superlink", "a:1"]
+  assert supernode.wants_fork_server(True, quick, flowers)
+  assert not supernode.wants_fork_server(False, quick, flowers)  # --no-fork-server
+  assert not supernode.wants_fork_server(True, supernode.FLOWERS_CLIENTAPP + " (why)",
+                                         flowers)
+  assert not supernode.wants_fork_server(True, quick, ["--help"])

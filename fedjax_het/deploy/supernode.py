@@ -31,9 +31,13 @@ puts first on ``PATH`` a ``flwr-clientapp`` (``clientapp_launcher``) that runs t
 function of Flower, ``flwr_clientapp``, without that package ``__init__``
 (``load_flwr_clientapp``); where the launcher cannot be written, or this Flower's layout
 differs from 1.42's, Flower's command runs (``use_clientapp_launcher``; the SuperNode's
-second log line says which).
+second log line says which). The launcher asks the SuperNode's fork server
+(``fedjax_het.deploy.forkserver``, started by ``main`` unless ``--no-fork-server``;
+third log line) to fork the ClientApp from a process that imported it already, and
+runs it itself where none answers.
 
-``fedjax_het.deploy.loopback`` starts its SuperNodes so. Imports only Flower.
+``fedjax_het.deploy.loopback`` starts its SuperNodes so. Imports only Flower (and the
+fork server the standard library).
 """
 from __future__ import annotations
 
@@ -50,6 +54,8 @@ import time
 import types
 from typing import Callable
 
+from fedjax_het.deploy import forkserver
+
 # the parameter the fix wraps: a Flower whose pull has none is left as it is
 CONFIRM = "confirm_message_received"
 # the SuperNode's first line (its log says which loop it runs)
@@ -61,6 +67,8 @@ QUICK_CLIENTAPP = ("fedjax_het.deploy.supernode: ClientApps start as Flower's "
                    "flwr_clientapp without the SuperNode's imports: ")
 # ... or, followed by why in parentheses, as Flower's own command
 FLOWERS_CLIENTAPP = f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP}"
+# what the fork server imports before its first ClientApp: the Flower App's components
+PRELOAD = ("fedjax_het.deploy.flower",)
 
 
 def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int | None]:
@@ -133,8 +141,13 @@ def flowers_command_found() -> bool:
 
 
 def clientapp_main() -> None:
-  """``flwr-clientapp``, as Flower's (``load_flwr_clientapp``)."""
-  load_flwr_clientapp()()
+  """``flwr-clientapp``: forked from the SuperNode's fork server (``forkserver.launch``),
+  else as Flower's (``load_flwr_clientapp``) in this process."""
+  code = forkserver.launch()
+  if code is None:
+    load_flwr_clientapp()()
+  else:
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def clientapp_launcher(directory: str | None = None) -> str:
@@ -180,13 +193,27 @@ def use_clientapp_launcher(directory: str | None = None, environ=None) -> str:
   return QUICK_CLIENTAPP + os.path.join(launcher, CLIENTAPP)
 
 
+def wants_fork_server(asked: bool, launcher: str, flowers: list[str]) -> bool:
+  """Whether ``main`` starts a fork server: asked (not ``--no-fork-server``), ClientApps
+  start through the launcher (``launcher``: ``use_clientapp_launcher``'s line) and
+  Flower's flags (``flowers``) start a SuperNode (not ``--help`` nor ``--version``)."""
+  return (asked and launcher.startswith(QUICK_CLIENTAPP)
+          and not {"-h", "--help", "-V", "--version"} & set(flowers))
+
+
 def main(argv: list[str] | None = None) -> None:
   """``flower-supernode`` with ``patch`` applied (and ``--poll-interval``), its
-  ClientApps started by ``clientapp_launcher``'s command."""
-  from flwr.supernode.cli import flower_supernode  # pylint: disable=import-outside-toplevel
+  ClientApps started by ``clientapp_launcher``'s command, forked from a fork server
+  (``forkserver.start``) unless ``--no-fork-server``."""
   parser = argparse.ArgumentParser(add_help=False)
   parser.add_argument("--poll-interval", type=float, default=None)
+  parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True)
   ours, flowers = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+  launcher = use_clientapp_launcher()
+  server = None
+  if wants_fork_server(ours.fork_server, launcher, flowers):
+    server = forkserver.start(PRELOAD)  # imports meanwhile
+  from flwr.supernode.cli import flower_supernode  # pylint: disable=import-outside-toplevel
   if ours.poll_interval is not None:
     bound_waits(ours.poll_interval)
   if patch():
@@ -194,7 +221,9 @@ def main(argv: list[str] | None = None) -> None:
   else:
     print("fedjax_het.deploy.supernode: this Flower's SuperNode loop differs from 1.42's; "
           "running it unchanged", file=sys.stderr, flush=True)
-  print(use_clientapp_launcher(), file=sys.stderr, flush=True)
+  print(launcher, file=sys.stderr, flush=True)
+  if server is not None:
+    print(forkserver.wait_until_listening(*server), file=sys.stderr, flush=True)
   sys.argv[:] = ["flower-supernode", *flowers]
   flower_supernode()
 
