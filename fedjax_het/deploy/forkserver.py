@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from typing import Callable, Mapping, Sequence
 
 # the SuperNode's environment names the socket its ClientApps' launchers ask
@@ -154,7 +155,13 @@ def _handle(conn, listener, children, environ, added, run) -> None:
     return
   sys.stdout.flush()
   sys.stderr.flush()
-  pid = os.fork()
+  with warnings.catch_warnings():
+    # Python >= 3.12 warns when a process with threads forks: the server's one other
+    # thread is OpenBLAS's pool (numpy's import starts it; its fork handlers make a
+    # child safe), and no JAX backend has started here
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded",
+                            DeprecationWarning)
+    pid = os.fork()
   if pid == 0:
     _child(run, request, fds, added, [listener, conn, *children.values()])
   for fd in fds:
