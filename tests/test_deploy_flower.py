@@ -240,6 +240,15 @@ def runs(link):
   return {name: config for name, (_, config) in submitted.items()}
 
 
+def test_every_flwr_command_is_forked_from_the_loopbacks_fork_server(runs, link):
+  forked = [line for line in link.logs("flwr-cli").splitlines()
+            if line.startswith(forkserver.FORKED)]
+  # 3 registrations, a list (the restart) and a status, 5 runs submitted and their 5
+  # statuses (a stop, if the dead run was still listed): a command the server refused
+  # would run afresh, without a line here
+  assert len(forked) >= 15, forked
+
+
 def test_an_unregistered_supernode_is_refused(link):
   intruder = link.procs["intruder"]
   assert intruder.wait(timeout=120) != 0

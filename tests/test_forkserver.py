@@ -113,4 +113,10 @@ def test_the_server_ends_with_its_parent():
   deadline = time.monotonic() + 30
   while _running(pid) and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert not _running(pid)
+  assert not _running(pid) and not os.path.exists(os.path.dirname(path))  # start's folder
+
+
+def test_sigterm_ends_the_server_and_removes_its_socket(server):
+  path, _, proc = server
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=30) == 0 and not os.path.exists(path)

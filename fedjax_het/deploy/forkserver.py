@@ -72,7 +72,8 @@ def _send(conn: socket.socket, **message) -> None:
 
 
 def serve(path: str, *, target: str = DEFAULT_TARGET, preload: Sequence[str] = (),
-          parent_pid: int | None = None, poll: float = 0.2) -> None:
+          parent_pid: int | None = None, poll: float = 0.2,
+          remove_directory: bool = False) -> None:
   """Imports ``preload``, listens on ``path`` and forks a child per request.
 
   Args:
@@ -83,6 +84,10 @@ def serve(path: str, *, target: str = DEFAULT_TARGET, preload: Sequence[str] = (
     parent_pid: the server's parent: the server ends once it has ended (default: none
       watched).
     poll: seconds between checks of the parent and of the children that ended.
+    remove_directory: also remove ``path``'s directory at the end (``start`` made it).
+
+  Ends (removing the socket) when the parent has ended, or at SIGTERM (as a SuperNode's
+  process group gets from ``fedjax_het.deploy.loopback``).
   """
   environ = dict(os.environ)  # what the preloaded modules saw
   run = _resolve(target)
@@ -95,6 +100,7 @@ def serve(path: str, *, target: str = DEFAULT_TARGET, preload: Sequence[str] = (
   listener.bind(path)
   listener.listen(64)
   children: dict[int, socket.socket] = {}
+  signal.signal(signal.SIGTERM, _end)
   try:
     while parent_pid is None or os.getppid() == parent_pid:  # (an ended parent's orphans
       # are adopted at once, where its pid may live on as an unreaped zombie)
@@ -108,6 +114,13 @@ def serve(path: str, *, target: str = DEFAULT_TARGET, preload: Sequence[str] = (
       conn.close()
     if os.path.exists(path):
       os.unlink(path)
+    if remove_directory:
+      shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _end(sig, frame):
+  del sig, frame
+  raise SystemExit(0)
 
 
 def _alive(pid: int) -> bool:
@@ -181,7 +194,8 @@ def _child(run, request, fds, added, sockets) -> None:
     for target, fd in zip((0, 1, 2), fds):
       os.dup2(fd, target)
       os.close(fd)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a new process
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new process
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -267,26 +281,41 @@ def launch(path: str | None = None, argv: Sequence[str] | None = None,
       signal.signal(sig, handler)
 
 
+def launch_or_run(target: str) -> None:
+  """A launcher's whole program: ``launch()``, else ``target``'s function
+  (``'module:factory'``, as ``serve`` takes it) run in this process; exits with the
+  ClientApp's (or command's) exit code."""
+  code = launch()
+  if code is None:
+    _resolve(target)()
+    return
+  sys.exit(code if code >= 0 else 128 - code)
+
+
 def start(preload: Sequence[str] = (), *, target: str = DEFAULT_TARGET,
-          environ: dict | None = None) -> tuple[subprocess.Popen, str]:
+          environ: dict | None = None, stderr=None) -> tuple[subprocess.Popen, str]:
   """Starts a server for this process's ClientApps (it ends with this process).
 
   Sets ``environ[ENV_VAR]`` (default ``os.environ``, which the SuperExec inherits) to
   its socket before starting it, so that the server's environment is theirs. Does not
-  wait for it (``wait_until_listening``).
+  wait for it (``wait_until_listening``). Its socket is in a folder of its own under
+  ``<temporary directory>/fedjax_het_forkservers_<uid>``, removed when it ends (not when
+  it is SIGKILLed, as fault drills kill a SuperNode's process group). ``stderr``: where
+  its lines go (default this process's standard error).
 
   Returns:
     (the server's process, its socket's path).
   """
   environ = os.environ if environ is None else environ
-  directory = tempfile.mkdtemp(prefix="fedjax_het_forkserver_")
+  parent = os.path.join(tempfile.gettempdir(), f"fedjax_het_forkservers_{os.getuid()}")
+  os.makedirs(parent, mode=0o700, exist_ok=True)
+  directory = tempfile.mkdtemp(dir=parent)
   path = os.path.join(directory, "socket")
   environ[ENV_VAR] = path
   proc = subprocess.Popen(
       [sys.executable, "-m", "fedjax_het.deploy.forkserver", "--socket", path,
-       "--target", target, "--parent-pid", str(os.getpid()),
-       *[f"--preload={m}" for m in preload]], env=environ)
-  atexit.register(shutil.rmtree, directory, ignore_errors=True)
+       "--target", target, "--parent-pid", str(os.getpid()), "--remove-directory",
+       *[f"--preload={m}" for m in preload]], env=environ, stderr=stderr)
   return proc, path
 
 
@@ -314,8 +343,10 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--target", default=DEFAULT_TARGET)
   parser.add_argument("--preload", action="append", default=[])
   parser.add_argument("--parent-pid", type=int, default=None)
+  parser.add_argument("--remove-directory", action="store_true")
   args = parser.parse_args(argv)
-  serve(args.socket, target=args.target, preload=args.preload, parent_pid=args.parent_pid)
+  serve(args.socket, target=args.target, preload=args.preload, parent_pid=args.parent_pid,
+        remove_directory=args.remove_directory)
 
 
 if __name__ == "__main__":

@@ -143,11 +143,7 @@ def flowers_command_found() -> bool:
 def clientapp_main() -> None:
   """``flwr-clientapp``: forked from the SuperNode's fork server (``forkserver.launch``),
   else as Flower's (``load_flwr_clientapp``) in this process."""
-  code = forkserver.launch()
-  if code is None:
-    load_flwr_clientapp()()
-  else:
-    sys.exit(code if code >= 0 else 128 - code)
+  forkserver.launch_or_run(forkserver.DEFAULT_TARGET)
 
 
 def clientapp_launcher(directory: str | None = None) -> str:
