@@ -1,4 +1,4 @@
-"""ClientApps forked from a process that imported them already (one per SuperNode).
+"""ClientApps (and flwr commands) forked from a process that imported them already.
 
 Flower's SuperExec starts a new ``flwr-clientapp`` process for every message a
 SuperNode pulls. Most of such a process's CPU goes to imports: Flower's ClientApp
@@ -14,8 +14,11 @@ with its exit code.
 A request is refused, and the launcher then runs the ClientApp itself as before, when
 its environment is not the one the server started with (modules imported in the server
 may have read it; ``IGNORED`` names the variables Flower's own processes set): the
-launcher writes why on its standard error. No JAX backend is
-initialized in the server, so every child starts its own, as a new process does.
+launcher writes why on its standard error. No JAX backend is initialized in the
+server, so every child starts its own, as a new process does.
+
+``fedjax_het.deploy.loopback`` runs its ``flwr`` commands the same way, from a server of
+Flower's command line (``launch_or_run`` is both launchers' program).
 
 Usage (``fedjax_het.deploy.supernode`` starts one per SuperNode with ``start``)::
 
@@ -45,11 +48,11 @@ import traceback
 import warnings
 from typing import Callable, Mapping, Sequence
 
-# the SuperNode's environment names the socket its ClientApps' launchers ask
+# the launchers' environment names the socket they ask (a SuperNode's, or the loopback's)
 ENV_VAR = "FEDJAX_HET_CLIENTAPP_SERVER"
-# the server's line per child, and the launcher's line when it runs its ClientApp itself
-FORKED = "fedjax_het.deploy.forkserver: forked ClientApp"
-REFUSED = "fedjax_het.deploy.forkserver: this ClientApp starts afresh"
+# the server's line per child, and the launcher's line when it runs its program itself
+FORKED = "fedjax_het.deploy.forkserver: forked"
+REFUSED = "fedjax_het.deploy.forkserver: not forked, this process starts afresh"
 DEFAULT_TARGET = "fedjax_het.deploy.supernode:load_flwr_clientapp"
 # variables a request's environment may add or change: Flower's SuperNode and SuperExec
 # set them for their own imports (flwr.supercore.task_process.connector.browser_use, which
@@ -332,7 +335,7 @@ def wait_until_listening(proc: subprocess.Popen, path: str, *, environ: dict | N
         proc.kill()
       environ.pop(ENV_VAR, None)
       return (f"{REFUSED} (its fork server did not start, exit code {proc.poll()}): "
-              "every ClientApp imports its modules itself")
+              "every launcher runs its program itself")
     time.sleep(0.05)
   return f"fedjax_het.deploy.forkserver: ClientApps fork from {path} (pid {proc.pid})"
 
