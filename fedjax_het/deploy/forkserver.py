@@ -342,11 +342,16 @@ def wait_until_listening(proc: subprocess.Popen, path: str, *, environ: dict | N
 
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--socket", required=True)
-  parser.add_argument("--target", default=DEFAULT_TARGET)
-  parser.add_argument("--preload", action="append", default=[])
-  parser.add_argument("--parent-pid", type=int, default=None)
-  parser.add_argument("--remove-directory", action="store_true")
+  parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+  parser.add_argument("--target", default=DEFAULT_TARGET,
+                      help="'module:factory': factory() is the function each child runs "
+                      "(default: Flower's flwr_clientapp)")
+  parser.add_argument("--preload", action="append", default=[],
+                      help="a module to import before the first request (repeatable)")
+  parser.add_argument("--parent-pid", type=int, default=None,
+                      help="end once this parent process has ended")
+  parser.add_argument("--remove-directory", action="store_true",
+                      help="remove the socket's folder at the end")
   args = parser.parse_args(argv)
   serve(args.socket, target=args.target, preload=args.preload, parent_pid=args.parent_pid,
         remove_directory=args.remove_directory)
