@@ -7,6 +7,7 @@ tests/test_deploy_flower.py checks that every ClientApp of a federation is forke
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,6 +78,13 @@ def test_a_refused_or_unanswered_request_leaves_the_clientapp_to_the_launcher(se
       assert err.startswith(f"{forkserver.REFUSED}: its environment differs from the "
                             f"server's in {variable}")
       assert out.splitlines() == ["launcher: none"]
+  for garbage in (b"not json", b'{"argv": []}'):  # refused; the server serves on
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(path)
+    conn.send(garbage)
+    assert json.loads(conn.recv(1 << 16))["refused"].startswith("unreadable request")
+    conn.close()
+  assert launch(path, env, "0").communicate(timeout=60)[0].splitlines()[-1] == "launcher: 0"
   out, err = launch(str(tmp_path / "none"), env, "0").communicate(timeout=60)
   assert err.startswith(f"{forkserver.REFUSED}: no fork server at {tmp_path / 'none'}")
   assert forkserver.launch(None, environ={}) is None  # no $FEDJAX_HET_CLIENTAPP_SERVER

@@ -152,12 +152,17 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _handle(conn, listener, children, environ, added, run) -> None:
-  """One request: refused (its environment differs), or forked."""
+  """One request: refused (unreadable, or its environment differs), or forked."""
+  fds = []
   try:
     data, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
     request = json.loads(data)
-  except (OSError, ValueError) as err:
-    _send(conn, refused=f"unreadable request ({err})")
+    request = {"argv": list(request["argv"]), "cwd": str(request["cwd"]),
+               "env": dict(request["env"])}
+  except (OSError, ValueError, KeyError, TypeError) as err:
+    for fd in fds:
+      os.close(fd)
+    _send(conn, refused=f"unreadable request ({err!r})")
     conn.close()
     return
   differ = sorted(k for k in set(environ) | set(request["env"])
@@ -195,8 +200,9 @@ def _child(run, request, fds, added, sockets) -> None:
     for s in sockets:
       s.close()
     for target, fd in zip((0, 1, 2), fds):
-      os.dup2(fd, target)
-      os.close(fd)
+      if fd != target:  # (a server started without a stream of its own got its number)
+        os.dup2(fd, target)
+        os.close(fd)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new process
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
