@@ -29,8 +29,8 @@ def server(tmp_path):
   proc = subprocess.Popen([sys.executable, "-m", "fedjax_het.deploy.forkserver", "--socket",
                            path, "--target", TARGET, "--preload", "forkserver_target"],
                           env=env, stderr=log)
-  assert forkserver.wait_until_listening(proc, path, environ={}).startswith(
-      f"fedjax_het.deploy.forkserver: ClientApps fork from {path} (pid {proc.pid})")
+  assert forkserver.wait_until_listening(proc, path, environ={}) == (
+      f"{forkserver.SERVING} {path} (pid {proc.pid})")
   yield path, env, proc
   proc.kill()
   proc.wait()
@@ -117,7 +117,7 @@ def test_the_server_ends_with_its_parent():
        "print(f.wait_until_listening(p, path), flush=True)"],
       env=env, capture_output=True, text=True, timeout=60)
   pid, path = parent.stdout.split()[:2]
-  assert "ClientApps fork from" in parent.stdout.splitlines()[1]
+  assert parent.stdout.splitlines()[1].startswith(forkserver.SERVING)
   deadline = time.monotonic() + 30
   while _running(pid) and time.monotonic() < deadline:
     time.sleep(0.1)

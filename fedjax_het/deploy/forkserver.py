@@ -53,6 +53,8 @@ ENV_VAR = "FEDJAX_HET_CLIENTAPP_SERVER"
 # the server's line per child, and the launcher's line when it runs its program itself
 FORKED = "fedjax_het.deploy.forkserver: forked"
 REFUSED = "fedjax_het.deploy.forkserver: not forked, this process starts afresh"
+# the line of a server that listens (``wait_until_listening``)
+SERVING = "fedjax_het.deploy.forkserver: ClientApps fork from"
 DEFAULT_TARGET = "fedjax_het.deploy.supernode:load_flwr_clientapp"
 # variables a request's environment may add or change: Flower's SuperNode and SuperExec
 # set them for their own imports (flwr.supercore.task_process.connector.browser_use, which
@@ -160,19 +162,13 @@ def _handle(conn, listener, children, environ, added, run) -> None:
     request = {"argv": list(request["argv"]), "cwd": str(request["cwd"]),
                "env": dict(request["env"])}
   except (OSError, ValueError, KeyError, TypeError) as err:
-    for fd in fds:
-      os.close(fd)
-    _send(conn, refused=f"unreadable request ({err!r})")
-    conn.close()
+    _refuse(conn, fds, f"unreadable request ({err!r})")
     return
   differ = sorted(k for k in set(environ) | set(request["env"])
                   if environ.get(k) != request["env"].get(k) and k not in IGNORED)
   if differ or len(fds) != 3:
-    for fd in fds:
-      os.close(fd)
-    _send(conn, refused=(f"its environment differs from the server's in {', '.join(differ)}"
-                         if differ else "it passed no standard streams"))
-    conn.close()
+    _refuse(conn, fds, f"its environment differs from the server's in {', '.join(differ)}"
+            if differ else "it passed no standard streams")
     return
   sys.stdout.flush()
   sys.stderr.flush()
@@ -190,6 +186,14 @@ def _handle(conn, listener, children, environ, added, run) -> None:
   children[pid] = conn
   print(f"{FORKED} {pid} (cwd {request['cwd']})", file=sys.stderr, flush=True)
   _send(conn, pid=pid)
+
+
+def _refuse(conn, fds, reason: str) -> None:
+  """Closes a refused request's descriptors and connection, telling it ``reason``."""
+  for fd in fds:
+    os.close(fd)
+  _send(conn, refused=reason)
+  conn.close()
 
 
 def _child(run, request, fds, added, sockets) -> None:
@@ -343,7 +347,7 @@ def wait_until_listening(proc: subprocess.Popen, path: str, *, environ: dict | N
       return (f"{REFUSED} (its fork server did not start, exit code {proc.poll()}): "
               "every launcher runs its program itself")
     time.sleep(0.05)
-  return f"fedjax_het.deploy.forkserver: ClientApps fork from {path} (pid {proc.pid})"
+  return f"{SERVING} {path} (pid {proc.pid})"
 
 
 def main(argv: list[str] | None = None) -> None:

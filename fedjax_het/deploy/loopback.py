@@ -163,7 +163,9 @@ class Loopback:
       env = dict(self.env)
       with open(self.path("logs", "flwr-cli.log"), "a") as log:
         proc, path = forkserver.start(target=FLWR_CLI, environ=env, stderr=log)
-      forkserver.wait_until_listening(proc, path, environ=env)
+      line = forkserver.wait_until_listening(proc, path, environ=env)
+      if line.startswith(forkserver.REFUSED):
+        self.log(f"federation: flwr commands: {line}")
       self._cli_server = (proc, env)
     out = subprocess.run([sys.executable, "-c", _FLWR_LAUNCHER, *args], capture_output=True,
                          text=True, env=self._cli_server[1], cwd=self.workdir, timeout=120)
