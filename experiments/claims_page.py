@@ -2,8 +2,9 @@ r"""Writes the claims ledger (docs/claims.md) from the runs under results/claims
 
   python experiments/claims_page.py --results=results --out=docs/claims.md
 
-The command line of ``fedjax_het.sweeps.claims`` (its docstring says how claims are
-read and judged); the rows are ``experiments/claims/ledger.py``.
+The command line of ``fedjax_het.sweeps.claims_page``; ``fedjax_het.sweeps.claims`` says
+how claims are read, ``fedjax_het.sweeps.verdicts`` how they are judged; the rows are
+``experiments/claims/ledger.py``.
 """
 import os
 import shlex
@@ -13,7 +14,9 @@ from absl import flags
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import config_files
-from fedjax_het.sweeps import claims
+from fedjax_het.sweeps import claim_runs
+from fedjax_het.sweeps import claims_page
+from fedjax_het.sweeps import gates
 from fedjax_het.sweeps import tables
 
 RESULTS = flags.DEFINE_string("results", "results",
@@ -33,19 +36,19 @@ def main(argv):
   del argv
   try:
     ledger = config_files.load_module(LEDGER.value)
-    runs = claims.load_sweeps(RESULTS.value, ledger.CLAIMS)
+    runs = claim_runs.load_sweeps(RESULTS.value, ledger.CLAIMS)
     if GATES.value:
       for claim in (c for c in ledger.CLAIMS if c.test == "gates"):
-        for run in claims.group_runs(runs, claim.a):
-          if (claims.read_gates(run) is None
+        for run in claim_runs.group_runs(runs, claim.a):
+          if (gates.read_gates(run) is None
               and os.path.isdir(os.path.join(run.workdir, "checkpoints"))):
-            print(f"wrote {claims.write_gates(run)}", flush=True)
-    text = claims.render(
+            print(f"wrote {gates.write_gates(run)}", flush=True)
+    text = claims_page.render(
         ledger.CLAIMS, runs, page_path=OUT.value,
         figures_dir=FIGURES.value or os.path.join(RESULTS.value, "claims", "figures"),
         results=RESULTS.value, notes=ledger.NOT_TESTED, about=ledger.ABOUT,
         command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-        failures=claims.load_failures(RESULTS.value, ledger.CLAIMS))
+        failures=claim_runs.load_failures(RESULTS.value, ledger.CLAIMS))
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   tables.write_text(OUT.value, text)

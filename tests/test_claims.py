@@ -11,7 +11,12 @@ from fedjax_het.algorithms import SPECS
 from fedjax_het.config_files import flatten
 from fedjax_het.config_files import load_config_file
 from fedjax_het.config_files import load_module
+from fedjax_het.sweeps import claim_runs
+from fedjax_het.sweeps import claims
+from fedjax_het.sweeps import claims_page
 from fedjax_het.sweeps import plan as plan_lib
+from fedjax_het.sweeps import stats
+from fedjax_het.sweeps import verdicts
 from fedjax_het.training import experiment
 from fedjax_het.training import loop
 
@@ -112,7 +117,7 @@ def test_cifar100_claims_cell_runs_on_synthetic_arrays(tmp_path):
 
 
 def test_verdicts_follow_the_ledger_rules():
-  from fedjax_het.sweeps.claims import verdict
+  verdict = verdicts.verdict
   assert verdict(8.0, 1.0, 13.1) == "reproduced"  # beyond 2 s.e., >= half the paper's
   assert verdict(5.0, 1.0, 13.1) == "same direction, smaller"
   assert verdict(1.9, 1.0, 13.1) == "not seen"
@@ -149,7 +154,6 @@ def _ledger_runs(root):
 
 
 def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
-  from fedjax_het.sweeps import claims
   results = str(tmp_path / "results")
   _ledger_runs(results)
   a, b = (claims.Group("table", m, "cell") for m in ("fedmoe", "standalone"))
@@ -162,19 +166,19 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
                    claims.Group("p1_classes", "fedmoe", "4 classes"), b, (4,),
                    ("experiments/claims/p1_classes.py",)),
   ]
-  runs = claims.load_sweeps(results, ledger)
-  (r4, r12) = claims.read(ledger[0], runs)
+  runs = claim_runs.load_sweeps(results, ledger)
+  (r4, r12) = verdicts.read(ledger[0], runs)
   # at round t seed s differs by (0.2 + 0.1 s) t points: mean 0.3 t, s.e. 0.1 t / sqrt(3)
   assert (r4.round, r12.round) == (4, 12)
   assert r4.mean == pytest.approx(1.2) and r12.mean == pytest.approx(3.6)
   assert r4.verdict == "reproduced" and r12.trend.direction == "rising"
   assert r12.trend.slope == pytest.approx(3.0)  # points per 10 rounds
-  (clients,) = claims.read(ledger[1], runs)
+  (clients,) = verdicts.read(ledger[1], runs)
   assert clients.mean == pytest.approx(25.0) and clients.se == 0.0  # 3/4 - 50%
-  assert claims.read(ledger[2], runs) == []
+  assert verdicts.read(ledger[2], runs) == []
   page = str(tmp_path / "docs" / "claims.md")
   os.makedirs(os.path.dirname(page))
-  text = claims.render(ledger, runs, page_path=page,
+  text = claims_page.render(ledger, runs, page_path=page,
                        figures_dir=os.path.join(results, "figures"), results=results,
                        notes=[("P5", "needs checkpoints")])
   assert text.splitlines()[4].startswith("2 of 3 claims have finished runs")
@@ -190,28 +194,26 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
 
 
 def test_the_summary_counts_every_verdict_it_read():
-  from fedjax_het.sweeps import claims
   g = claims.Group("s", "fedmoe", "cell")
   three = [claims.Claim(f"c{i}", "p", None, "cut", g, g, (20,), ()) for i in range(3)]
-  rows = [(c, [claims.Reading(20, None, 1.0, se, None, claims._verdict(1.0, se, c))])
+  rows = [(c, [verdicts.Reading(20, None, 1.0, se, None, verdicts.claim_verdict(1.0, se, c))])
           for c, se in zip(three, (0.1, float("nan")))] + [(three[2], [])]
-  assert [rs[0].verdict for _, rs in rows[:2]] == ["reproduced", claims.ONE_SEED]
-  assert claims.summary_lines(rows)[0] == (
+  assert [rs[0].verdict for _, rs in rows[:2]] == ["reproduced", verdicts.ONE_SEED]
+  assert claims_page.summary_lines(rows)[0] == (
       "2 of 3 claims have finished runs; at the longest budget read: 1 reproduced, "
       "1 one seed: no verdict.")
 
 
 def test_a_figure_says_what_is_subtracted_from_what():
-  from fedjax_het.sweeps import claims
   built, naive = (claims.Group("s", "moss", s) for s in ("as built", "naive mapping"))
   ablation = claims.Claim("S2", "WIRE above naive", None, "the cut", built, naive, (20,), ())
-  assert claims.figure_title(ablation) == "S2: moss\nas built minus naive mapping"
-  assert claims.side_labels(ablation) == ("moss, as built", "moss, naive mapping")
+  assert claims_page.figure_title(ablation) == "S2: moss\nas built minus naive mapping"
+  assert claims_page.side_labels(ablation) == ("moss, as built", "moss, naive mapping")
   pair = claims.Claim("P1", "above FedProto", None, "the cut",
                       claims.Group("s", "fedmoe", "2 classes"),
                       claims.Group("s", "fedproto", "2 classes"), (20,), ())
-  assert claims.figure_title(pair) == "P1: fedmoe minus fedproto\n2 classes"
-  assert claims.side_labels(pair) == ("fedmoe", "fedproto")
+  assert claims_page.figure_title(pair) == "P1: fedmoe minus fedproto\n2 classes"
+  assert claims_page.side_labels(pair) == ("fedmoe", "fedproto")
 
 
 def test_every_ledger_group_names_a_planned_cell(tmp_path):
@@ -310,7 +312,6 @@ def test_a_group_reads_further_seeds_from_its_more_sweeps(tmp_path):
   """``Group.more``: a sweep that runs another's cell at new seeds adds them to the
   group (paired by seed with the other side); a seed in two of its cells is one run
   copied (kept once) or refused when their metrics differ."""
-  from fedjax_het.sweeps import claims
   results = str(tmp_path / "results")
   _seed_runs(results, "first", (0, 1, 2))
   _seed_runs(results, "more", (2, 3, 4))  # seed 2: a copy of first's
@@ -319,26 +320,25 @@ def test_a_group_reads_further_seeds_from_its_more_sweeps(tmp_path):
   b = claims.Group("base", "m", "cell")
   assert a.sweeps == ("first", "more") and str(a) == "m (first + more: cell)"
   claim = claims.Claim("five", "above", None, "cut", a, b, (2,), ())
-  runs = claims.load_sweeps(results, [claim])
+  runs = claim_runs.load_sweeps(results, [claim])
   assert sorted(runs) == ["base", "first", "more"]
-  assert sorted(r.seed for r in claims.group_runs(runs, a)) == [0, 1, 2, 3, 4]
-  (r,) = claims.read(claim, runs)
+  assert sorted(r.seed for r in claim_runs.group_runs(runs, a)) == [0, 1, 2, 3, 4]
+  (r,) = verdicts.read(claim, runs)
   np.testing.assert_allclose(r.diffs, [10 + s for s in range(5)])  # 10 + seed points
   # without ``more`` the same claim pairs the first sweep's three seeds
-  (r3,) = claims.read(claims.Claim("three", "above", None, "cut",
+  (r3,) = verdicts.read(claims.Claim("three", "above", None, "cut",
                                    claims.Group("first", "m", "cell"), b, (2,), ()), runs)
   assert len(r3.diffs) == 3
   _seed_runs(results, "again", (2,), acc=0.6)  # seed 2 again, other metrics
   twice = claims.Group("first", "m", "cell", (claims.Group("again", "m", "cell"),))
   with pytest.raises(ValueError, match="seed 2 finished in .* with different metrics"):
-    claims.group_runs(claims.load_sweeps(results, [claims.Claim(
+    claim_runs.group_runs(claim_runs.load_sweeps(results, [claims.Claim(
         "twice", "above", None, "cut", twice, b, (2,), ())]), twice)
   with pytest.raises(ValueError, match="groups without a 'more'"):
     claims.Group("first", "m", "cell", (a,))
 
 
 def test_cost_to_target_claims(tmp_path):
-  from fedjax_het.sweeps import claims
   results = str(tmp_path / "results")
   _target_runs(results)
   a, b = claims.Group("s", "fast", "cell"), claims.Group("s", "slow", "cell")
@@ -347,22 +347,22 @@ def test_cost_to_target_claims(tmp_path):
     return claims.Claim(f"to target {measure}", "fewer", None, "cut", a, b, (8,),
                         ("experiments/claims/table.py",), test="target", target=target,
                         measure=measure, direction=direction)
-  runs = claims.load_sweeps(results, [claim("rounds")])
+  runs = claim_runs.load_sweeps(results, [claim("rounds")])
   # seed 2 of slow never reaches 0.8: no verdict, and the page says how many seeds
-  (r,) = claims.read(claim("rounds"), runs)
-  assert r.verdict == claims.NOT_REACHED and r.round == 8
+  (r,) = verdicts.read(claim("rounds"), runs)
+  assert r.verdict == verdicts.NOT_REACHED and r.round == 8
   assert r.diffs[:2].tolist() == [50.0, 50.0] and np.isnan(r.diffs[2])
   # at 0.4 every run reaches it at round 1: nothing saved in rounds, 3x the FLOPs
-  (r,) = claims.read(claim("rounds", target=0.4), runs)
+  (r,) = verdicts.read(claim("rounds", target=0.4), runs)
   assert r.mean == 0.0 and r.verdict == "not seen"
-  (r,) = claims.read(claim("computation", target=0.4), runs)
+  (r,) = verdicts.read(claim("computation", target=0.4), runs)
   assert r.diffs.tolist() == [-200.0] * 3 and r.verdict == "opposite"
   # communication to round 1: fast 2 + 10, slow 1 + 10; a claim that A spends more
-  (r,) = claims.read(claim("communication", target=0.4, direction=-1), runs)
+  (r,) = verdicts.read(claim("communication", target=0.4, direction=-1), runs)
   np.testing.assert_allclose(r.diffs, [100 * (11 - 12) / 11] * 3)
   assert r.verdict == "reproduced"
   page = str(tmp_path / "claims.md")
-  text = claims.render([claim("rounds"), claim("computation", target=0.4)], runs,
+  text = claims_page.render([claim("rounds"), claim("computation", target=0.4)], runs,
                        page_path=page, figures_dir=str(tmp_path / "figures"),
                        results=results)
   assert "| 8 | 1 of 3 seeds did not reach it | – | target not reached in every run |" in text
@@ -375,27 +375,25 @@ def test_cost_to_target_claims(tmp_path):
 
 
 def test_gate_weights_differ_beyond_chance():
-  from fedjax_het.sweeps import claims
   # groups explaining all the variance: eta^2 = 1, chance (k - 1) / (n - 1) = 1/3
-  assert claims.excess_eta_squared([0, 0, 1, 1], ["a", "a", "b", "b"]) == pytest.approx(
+  assert stats.excess_eta_squared([0, 0, 1, 1], ["a", "a", "b", "b"]) == pytest.approx(
       100 * (1 - 1 / 3))
-  assert claims.excess_eta_squared([0, 1, 0, 1], ["a", "a", "b", "b"]) == pytest.approx(
+  assert stats.excess_eta_squared([0, 1, 0, 1], ["a", "a", "b", "b"]) == pytest.approx(
       -100 / 3)  # none of it
-  assert np.isnan(claims.excess_eta_squared([0, 1], ["a", "a"]))  # one group
+  assert np.isnan(stats.excess_eta_squared([0, 1], ["a", "a"]))  # one group
   rng = np.random.default_rng(0)
   labels = np.repeat([0, 1], 50)
   # clients whose gates sit at different levels, with class effects inside the first
   samples = [(0.3 + 0.2 * labels + 0.01 * rng.standard_normal(100), labels),
              (0.7 + 0.01 * rng.standard_normal(100), labels)]
-  assert claims.gate_excess(samples, "clients") > 50
-  by_class = claims.gate_excess(samples, "classes")  # client 0: ~100, client 1: ~0
+  assert claim_runs.gate_excess(samples, "clients") > 50
+  by_class = claim_runs.gate_excess(samples, "classes")  # client 0: ~100, client 1: ~0
   assert 40 < by_class < 60
 
 
 def test_gates_claim_reads_gates_json(tmp_path):
   import json
 
-  from fedjax_het.sweeps import claims
   rng = np.random.default_rng(1)
   for seed in range(3):
     workdir = tmp_path / "s" / "fedmoe" / "cell" / f"seed{seed}"
@@ -411,10 +409,10 @@ def test_gates_claim_reads_gates_json(tmp_path):
   group = claims.Group("s", "fedmoe", "cell")
   claim = claims.Claim("P5", "differ", None, "cut", group, group, (5,),
                        ("experiments/claims/table.py",), test="gates", measure="clients")
-  runs = claims.load_sweeps(str(tmp_path), [claim])
-  (r,) = claims.read(claim, runs)
+  runs = claim_runs.load_sweeps(str(tmp_path), [claim])
+  (r,) = verdicts.read(claim, runs)
   assert len(r.diffs) == 2 and r.mean > 90 and r.verdict == "reproduced"
-  text = claims.render([claim], runs, page_path=str(tmp_path / "claims.md"),
+  text = claims_page.render([claim], runs, page_path=str(tmp_path / "claims.md"),
                        figures_dir=str(tmp_path / "figures"), results=str(tmp_path))
   assert "| fedmoe, cut | 5 |" in text and "points above chance (n=2)" in text
   assert os.path.exists(tmp_path / "figures" / "p5.png")
@@ -424,20 +422,18 @@ def test_gates_claim_reads_gates_json(tmp_path):
 
 
 def test_spearman_with_ties_by_hand():
-  from fedjax_het.sweeps import claims
-  np.testing.assert_array_equal(claims.ranks([0.3, 0.1, 0.3, 0.2]), [3.5, 1, 3.5, 2])
-  assert claims.spearman([1, 2, 3], [10, 20, 40]) == pytest.approx(1.0)
-  assert claims.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+  np.testing.assert_array_equal(stats.ranks([0.3, 0.1, 0.3, 0.2]), [3.5, 1, 3.5, 2])
+  assert stats.spearman([1, 2, 3], [10, 20, 40]) == pytest.approx(1.0)
+  assert stats.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
   # x ranks (1.5, 1.5, 3), y ranks (1, 2, 3): centred (-.5, -.5, 1), (-1, 0, 1)
-  assert claims.spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(1.5 * 2))
-  assert np.isnan(claims.spearman([1, 1, 1], [1, 2, 3]))
+  assert stats.spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(1.5 * 2))
+  assert np.isnan(stats.spearman([1, 1, 1], [1, 2, 3]))
 
 
 def test_fidelity_claim_maps_types_to_clients(tmp_path):
   """Clients of 'tiny,tiny2' alternate types: the fidelity of group g goes to its clients."""
   import json
 
-  from fedjax_het.sweeps import claims
   accs = {0: [0.9, 0.5, 0.8, 0.4], 1: [0.5, 0.9, 0.4, 0.8]}  # seed 1: the other way
   for seed, acc in accs.items():
     workdir = tmp_path / "s" / "moss" / "cell" / f"seed{seed}"
@@ -451,10 +447,10 @@ def test_fidelity_claim_maps_types_to_clients(tmp_path):
   group = claims.Group("s", "moss", "cell")
   claim = claims.Claim("S5", "tracks", None, "cut", group, group, (2,),
                        ("experiments/claims/table.py",), test="fidelity")
-  runs = claims.load_sweeps(str(tmp_path), [claim])
-  fid, acc = claims.client_fidelity(claims.group_runs(runs, group)[0])
+  runs = claim_runs.load_sweeps(str(tmp_path), [claim])
+  fid, acc = claim_runs.client_fidelity(claim_runs.group_runs(runs, group)[0])
   np.testing.assert_array_equal(fid, [0.9, 0.3, 0.9, 0.3])  # the last round's
-  (r,) = claims.read(claim, runs)
+  (r,) = verdicts.read(claim, runs)
   # fidelity ranks (3.5, 1.5, 3.5, 1.5); seed 0's accuracies agree, seed 1's disagree
   rho = 4 / np.sqrt(4 * 5)  # centred ranks (1, -1, 1, -1) and (1.5, -.5, .5, -1.5)
   np.testing.assert_allclose(r.diffs, [rho, -rho])
@@ -467,7 +463,6 @@ def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_pa
   over rounds 9-12 it is -2.25 ± 0.20 (``differs``)."""
   import json
 
-  from fedjax_het.sweeps import claims
   results = str(tmp_path / "results")
   for setting, per_seed in (("b", [[0.0] * 12] * 3),
                             ("a", [[-3.0] * 11 + [1.0], [-3.2] * 11 + [-1.0],
@@ -485,27 +480,27 @@ def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_pa
   a, b = claims.Group("abl", "moss", "a"), claims.Group("abl", "moss", "b")
   claim = claims.Claim("S4", "no difference claimed", None, "the cut", a, b, (12,), (),
                        direction=0)
-  runs = claims.load_sweeps(results, [claim])
-  (r,) = claims.read(claim, runs)
+  runs = claim_runs.load_sweeps(results, [claim])
+  (r,) = verdicts.read(claim, runs)
   assert r.mean == pytest.approx(0.0, abs=1e-9) and r.verdict == "reproduced"
   assert (r.trend.first, r.trend.last) == (9, 12)
   assert r.trend.level == pytest.approx(-2.25) and r.window == "differs"
   assert r.trend.level_se == pytest.approx(0.35 / math.sqrt(3))  # seeds: -2.0, -2.65, -2.1
-  assert claims.summary_lines([(claim, [r])])[1] == (
+  assert claims_page.summary_lines([(claim, [r])])[1] == (
       "Read as the mean difference over the last third of the rounds rather than at the "
       "round read, the verdict differs: S4 at round 12: reproduced (+0.00 ± 0.58), over "
       "rounds 9-12: differs (-2.25 ± 0.20).")
-  assert claims.window_lines([r]) == [
+  assert claims_page.window_lines([r]) == [
       "Round 12: +0.00 ± 0.58, reproduced; over rounds 9-12 (the last third), the mean "
       "difference -2.25 ± 0.20: differs."]
   page = str(tmp_path / "claims.md")
-  text = claims.render([claim], runs, page_path=page,
+  text = claims_page.render([claim], runs, page_path=page,
                        figures_dir=os.path.join(results, "figures"), results=results)
-  assert claims.window_lines([r])[0] in text.split("### S4")[1]  # the figure's text
+  assert claims_page.window_lines([r])[0] in text.split("### S4")[1]  # the figure's text
   # where both readings agree, the summary names nothing
-  same = claims.Reading(12, r.diffs, r.mean, r.se, r.trend, "differs", "differs")
+  same = verdicts.Reading(12, r.diffs, r.mean, r.se, r.trend, "differs", "differs")
   assert not any(line.startswith("Read as") for line in
-                 claims.summary_lines([(claim, [same])]))
+                 claims_page.summary_lines([(claim, [same])]))
 
 
 def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
@@ -515,7 +510,6 @@ def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
   finished is not named."""
   import json
 
-  from fedjax_het.sweeps import claims
   from fedjax_het.sweeps import tables
   results = str(tmp_path / "results")
   csv_rows = []
@@ -541,21 +535,21 @@ def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
   a, b = claims.Group("abl", "moss", "a"), claims.Group("abl", "moss", "b")
   claim = claims.Claim("S3", "no difference claimed", None, "the cut", a, b, (2,), (),
                        direction=0)
-  runs = claims.load_sweeps(results, [claim])
-  failures = claims.load_failures(results, [claim])
+  runs = claim_runs.load_sweeps(results, [claim])
+  failures = claim_runs.load_failures(results, [claim])
   assert [r["seed"] for r in failures["abl"]] == ["1"]
-  (r,) = claims.read(claim, runs)
+  (r,) = verdicts.read(claim, runs)
   np.testing.assert_allclose(r.diffs, [1.0, 1.2])  # seeds 0 and 2
   text = ("moss, a, seed 1 (failed: FloatingPointError; its metrics end at round 1)")
-  assert claims.failed_runs(a, failures, runs) == [text]
-  assert claims.failed_runs(b, failures, runs) == []
-  page = claims.render([claim], runs, page_path=str(tmp_path / "claims.md"),
+  assert claim_runs.failed_runs(a, failures, runs) == [text]
+  assert claim_runs.failed_runs(b, failures, runs) == []
+  page = claims_page.render([claim], runs, page_path=str(tmp_path / "claims.md"),
                        figures_dir=os.path.join(results, "figures"), results=results,
                        failures=failures)
   assert (f"Runs that failed are left out of their claims' pairs: S3: {text}."
           in page.split("| claim |")[0])
   assert f"Failed, so not read: {text}." in page.split("### S3")[1]
-  without = claims.render([claim], runs, page_path=str(tmp_path / "c.md"),
+  without = claims_page.render([claim], runs, page_path=str(tmp_path / "c.md"),
                           figures_dir=os.path.join(results, "figures"), results=results)
   assert "Runs that failed" not in without and "Failed, so not read" not in without
   # seed 1 finished in another cell of the group: the failure is not the group's
@@ -568,5 +562,5 @@ def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
   with open(os.path.join(_seed, "summary.json"), "w") as f:
     json.dump({"per_client_test_acc": [0.5]}, f)
   both = claims.Group("abl", "moss", "a", (claims.Group("more", "moss", "a"),))
-  runs = claims.load_sweeps(results, [claims.Claim("S3", "", None, "", both, b, (2,), ())])
-  assert claims.failed_runs(both, failures, runs) == []
+  runs = claim_runs.load_sweeps(results, [claims.Claim("S3", "", None, "", both, b, (2,), ())])
+  assert claim_runs.failed_runs(both, failures, runs) == []

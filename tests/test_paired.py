@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from fedjax_het.sweeps import paired
+from fedjax_het.sweeps import paired_report
+from fedjax_het.sweeps import stats
+from fedjax_het.sweeps.rundirs import load_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,14 +84,14 @@ def test_last_k_skips_rounds_without_evaluation():
 
 
 def test_mean_se():
-  mean, se = paired.mean_se(np.array([1.0, 2.0, 3.0]))
+  mean, se = stats.mean_se(np.array([1.0, 2.0, 3.0]))
   assert mean == pytest.approx(2.0)
   assert se == pytest.approx(1.0 / math.sqrt(3))
-  assert math.isnan(paired.mean_se(np.array([4.0]))[1])
+  assert math.isnan(stats.mean_se(np.array([4.0]))[1])
 
 
 def test_compare_by_setting_pairs_finished_seeds(sweep_dir):
-  groups = paired.group_values(paired.load_runs(sweep_dir), last_k=2)
+  groups = paired.group_values(load_runs(sweep_dir), last_k=2)
   assert set(groups[("fedmrl", "b")]) == {0, 1}  # seed 2 did not finish
   (c,) = paired.compare(groups, "a")
   assert (c.method, c.setting, c.base_method, c.base_setting) == ("fedmrl", "b", "fedmrl", "a")
@@ -99,7 +102,7 @@ def test_compare_by_setting_pairs_finished_seeds(sweep_dir):
 
 
 def test_compare_by_method_within_each_setting(sweep_dir):
-  groups = paired.group_values(paired.load_runs(sweep_dir), last_k=2)
+  groups = paired.group_values(load_runs(sweep_dir), last_k=2)
   (c,) = paired.compare(groups, "standalone")
   assert (c.method, c.setting, c.base_method) == ("fedmrl", "a", "standalone")
   assert c.seeds == (0, 2)  # standalone has no seed 1
@@ -117,18 +120,18 @@ def test_compare_rejects_unknown_or_ambiguous_baseline():
 
 
 def test_markdown_table_and_per_seed(sweep_dir):
-  text = paired.paired_report(sweep_dir, "a", last_k=2, per_seed=True)
+  text = paired_report.report(sweep_dir, "a", last_k=2, per_seed=True)
   first_table = text.split("Where each difference is going")[0]
   table = [line for line in first_table.splitlines() if line.startswith("| fedmrl")]
   assert table == ["| fedmrl | b | 2 | +1.50 ± 0.50 | +1.50 ± 0.50 | "
                    "+1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 | +1.50 ± 0.50 |"]
   assert text.startswith("Each row: the method in the setting minus the same method in "
                          "setting 'a'")
-  by_method = paired.paired_report(sweep_dir, "standalone", last_k=2)
+  by_method = paired_report.report(sweep_dir, "standalone", last_k=2)
   assert "minus standalone in the same setting" in by_method
   assert "last 2 (a)" in text
   assert "- final (a): +1.00 / +2.00 (baseline 70.00 / 71.00)" in text
-  assert paired.markdown([], last_k=5).startswith("No pair")
+  assert paired_report.markdown([], last_k=5).startswith("No pair")
 
 
 def test_cli_prints_report_and_fails_cleanly(sweep_dir, tmp_path):
@@ -165,7 +168,7 @@ def _slope_sweep(root, slopes, *, rounds=30, noise=0.0):
 
 def test_per_round_differences_and_known_slope(tmp_path):
   root = _slope_sweep(str(tmp_path / "sw"), [1.0, 2.0, 3.0])
-  (c,) = paired.compare_rounds(paired.load_runs(root), "standalone")
+  (c,) = paired.compare_rounds(load_runs(root), "standalone")
   assert (c.method, c.base_method, c.seeds) == ("fedmoe", "standalone", (0, 1, 2))
   np.testing.assert_array_equal(c.rounds, np.arange(1, 31))
   # at round t seed s differs by slope_s * t / 10 points
@@ -189,17 +192,17 @@ def test_per_round_differences_and_known_slope(tmp_path):
 
 def test_trend_directions_and_errors():
   rounds = np.arange(1, 13)
-  flat = paired.trend(rounds, np.array([rounds * 0.1, -rounds * 0.1]))
+  flat = stats.trend(rounds, np.array([rounds * 0.1, -rounds * 0.1]))
   assert flat.slope == pytest.approx(0.0) and flat.direction == "flat"
-  falling = paired.trend(rounds, np.array([-rounds * 0.1, -rounds * 0.2, -rounds * 0.3]))
+  falling = stats.trend(rounds, np.array([-rounds * 0.1, -rounds * 0.2, -rounds * 0.3]))
   assert falling.slope == pytest.approx(-2.0) and falling.direction == "falling"
-  one_seed = paired.trend(rounds, np.array([rounds * 0.5]))
+  one_seed = stats.trend(rounds, np.array([rounds * 0.5]))
   assert one_seed.slope == pytest.approx(5.0)
   assert math.isnan(one_seed.se) and one_seed.direction == "flat"
   assert one_seed.level == pytest.approx(0.5 * 10.5) and math.isnan(one_seed.level_se)
   assert "+5.00 per 10 rounds over rounds 9-12: flat" == str(one_seed)
   with pytest.raises(ValueError, match="a slope needs two"):
-    paired.trend(np.array([1, 2, 3]), np.zeros((2, 3)))
+    stats.trend(np.array([1, 2, 3]), np.zeros((2, 3)))
   with pytest.raises(ValueError, match="no evaluation at or before round 2"):
     paired.RoundComparison("a", "", "b", "", "mean_test_acc", (0,), np.array([5, 10]),
                            np.zeros((1, 2))).at(2)
@@ -214,7 +217,7 @@ def test_per_round_uses_rounds_every_run_evaluated(tmp_path):
                                       for t in (1, 2, 3, 4, 6, 8)])
   _write_run(root, "fedmrl", "s", 1, [{"round": 8, "mean_test_acc": 0.6}],
              finished=False)  # unfinished: ignored
-  (c,) = paired.compare_rounds(paired.load_runs(root), "standalone")
+  (c,) = paired.compare_rounds(load_runs(root), "standalone")
   np.testing.assert_array_equal(c.rounds, [2, 4, 6, 8])
   np.testing.assert_allclose(c.diffs, [[10.0] * 4], atol=1e-6)
   np.testing.assert_allclose(c.at(5), [10.0], atol=1e-6)  # round 4's value
@@ -222,9 +225,9 @@ def test_per_round_uses_rounds_every_run_evaluated(tmp_path):
 
 def test_report_says_where_each_difference_is_going(tmp_path):
   root = _slope_sweep(str(tmp_path / "sw"), [1.0, 2.0, 3.0])
-  text = paired.paired_report(root, "standalone", per_round=True)
+  text = paired_report.report(root, "standalone", per_round=True)
   # last third (rounds 21-30): seed s's mean is 2.55 slope_s points
   assert ("| fedmoe | s | (a) | 3 | 30 | +6.00 ± 1.73 | +5.10 ± 1.47 | +2.00 ± 0.58 | "
           "rising |" in text)
   assert "| 20 | +4.00 ± 1.15 |" in text  # the per-round listing
-  assert "| 20 |" not in paired.paired_report(root, "standalone")
+  assert "| 20 |" not in paired_report.report(root, "standalone")

@@ -23,12 +23,18 @@ from fedjax_het.training import runfiles
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fedjax_het import config_files  # noqa: E402
 from fedjax_het.sweeps import eta as eta_lib  # noqa: E402
+from fedjax_het.sweeps import figures  # noqa: E402
+from fedjax_het.sweeps import gates  # noqa: E402
 from fedjax_het.sweeps import paired  # noqa: E402
 from fedjax_het.sweeps import plan as plan_lib  # noqa: E402
 from fedjax_het.sweeps import plots  # noqa: E402
 from fedjax_het.sweeps import results_page  # noqa: E402
 from fedjax_het.sweeps import runner as sweep  # noqa: E402
+from fedjax_het.sweeps import stats  # noqa: E402
 from fedjax_het.sweeps import tables  # noqa: E402
+from fedjax_het.sweeps import tensorboard_logs  # noqa: E402
+from fedjax_het.sweeps.rundirs import RunData  # noqa: E402
+from fedjax_het.sweeps.rundirs import read_json  # noqa: E402
 
 # programs that compile far longer than they run: level 0 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("compile_bound")
@@ -60,7 +66,7 @@ def _metrics(rounds, accs, comm=10.0, wall=1.0):
 
 
 def _run_data(method, seed, rows, per_client=None):
-  return plots.RunData(method, method, "", seed, method, "", rows, per_client)
+  return RunData(method, method, "", seed, method, "", rows, per_client)
 
 
 # ----------------------------------------------------------------------------- pure parts
@@ -192,24 +198,24 @@ def test_curves_and_cost_to_target():
   a = [_run_data("a", s, _metrics([1, 2, 3], accs)) for s, accs in
        ((0, [0.1, 0.3, 0.5]), (1, [0.3, 0.5, 0.7]))]
   b = [_run_data("b", 0, _metrics([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], comm=1.0, wall=2.0))]
-  curves = {"a": plots.mean_curve(a), "b": plots.mean_curve(b)}
+  curves = {"a": figures.mean_curve(a), "b": figures.mean_curve(b)}
   np.testing.assert_allclose(curves["a"].acc, [0.2, 0.4, 0.6])
   np.testing.assert_allclose(curves["a"].acc_std, [np.sqrt(0.02)] * 3)
   np.testing.assert_allclose(curves["a"].comm, [20, 40, 60])
-  assert paired.first_reach([0.1, 0.4, 0.3], 0.35) == 1
-  assert paired.first_reach([0.1], 0.35) is None
-  assert plots.default_target(curves) == pytest.approx(0.4)
-  costs = plots.target_costs(curves, 0.35)
+  assert stats.first_reach([0.1, 0.4, 0.3], 0.35) == 1
+  assert stats.first_reach([0.1], 0.35) is None
+  assert figures.default_target(curves) == pytest.approx(0.4)
+  costs = figures.target_costs(curves, 0.35)
   assert costs["a"] == {"round": 2, "comm": 40.0, "wall": 2.0}
   assert costs["b"] == {"round": 4, "comm": 8.0, "wall": 8.0}
-  assert plots.target_costs(curves, 0.65) == {"a": None, "b": None}
+  assert figures.target_costs(curves, 0.65) == {"a": None, "b": None}
 
 
 def test_client_diff_pairs_seeds_and_gate_histograms():
   a = [_run_data("a", 0, (), (0.5, 0.6)), _run_data("a", 1, (), (0.7, 0.2))]
   b = [_run_data("b", 1, (), (0.5, 0.4)), _run_data("b", 2, (), (0.0, 0.0))]
-  np.testing.assert_allclose(plots.client_diff(a, b), [0.2, -0.2])  # seed 1 only
-  hist = plots.gate_histograms([np.array([0.0, 0.1, 0.95, 1.0]), np.array([0.5])], bins=2)
+  np.testing.assert_allclose(figures.client_diff(a, b), [0.2, -0.2])  # seed 1 only
+  hist = figures.gate_histograms([np.array([0.0, 0.1, 0.95, 1.0]), np.array([0.5])], bins=2)
   np.testing.assert_allclose(hist, [[0.5, 0.0], [0.5, 1.0]])
 
 
@@ -282,7 +288,7 @@ def test_sweep_writes_csv_table_and_progress(tiny_sweep):
   for r in csv_rows:
     assert r["status"] == "done" and r["rounds_completed"] == 2 and r["wall_s"] > 0
     assert r["workdir"] == f"{r['algorithm']}/n4_c100pct/seed{r['seed']}"
-    summary = plots.read_json(os.path.join(sweep_dir, r["workdir"], "summary.json"))
+    summary = read_json(os.path.join(sweep_dir, r["workdir"], "summary.json"))
     assert r["final_mean_test_acc"] == summary["final_mean_test_acc"]
     # a finished run keeps its last step only (the default; checkpoint_every=0: one)
     assert os.listdir(os.path.join(sweep_dir, r["workdir"], "checkpoints")) == ["2"]
@@ -364,9 +370,9 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   # TensorBoard: one log per run, holding the metrics.jsonl scalars.
   assert len(manifest["tensorboard"]) == 4
   run = "fedavg/n4_c100pct/seed0"
-  scalars = plots.read_scalars(os.path.join(out, "tb", run))
+  scalars = tensorboard_logs.read_scalars(os.path.join(out, "tb", run))
   metrics = metrics_lib.read_jsonl(os.path.join(sweep_dir, run, "metrics.jsonl"))
-  assert set(plots.SCALARS) < set(scalars)
+  assert set(tensorboard_logs.SCALARS) < set(scalars)
   assert [s for s, _ in scalars["mean_test_acc"]] == [1, 2]
   np.testing.assert_allclose([v for _, v in scalars["mean_test_acc"]],
                              [m["mean_test_acc"] for m in metrics], rtol=1e-6)
@@ -393,7 +399,7 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
   other_sweep = tmp_path / "other_sweep.py"
   other_sweep.write_text('"""A sweep on another machine."""\nPAPER_CELLS = {"cell": "Table X", '
                          '"values": {"fedavg": 50.0}}\n')
-  info = plots.read_json(os.path.join(other, "sweep.json"))
+  info = read_json(os.path.join(other, "sweep.json"))
   info["command"] = f"python experiments/sweep.py --sweep={other_sweep}"
   info["environment"] = {"backend": "gpu", "devices": "1 x NVIDIA H200"}
   metrics_lib.write_json(os.path.join(other, "sweep.json"), info)
@@ -427,7 +433,6 @@ def test_plots_pngs_tensorboard_and_results_page(tiny_sweep, tmp_path):
 
 
 def test_results_page_answers_in_sentences_from_its_numbers():
-  from fedjax_het.sweeps import paired
   comparisons = [
       paired.Comparison("fedprox", "s", "standalone", "s", (0, 1, 2),
                         {"best (a)": np.array([1.0, 1.2, 1.4])}, {}),
@@ -473,26 +478,52 @@ def test_fedmoe_gate_figure_from_checkpoint(tiny_config, tmp_path):
   ckpt.save(0, state, {})
   ckpt.close()
   metrics_lib.write_json(str(tmp_path / "config.json"), exp.config.to_dict())
-  weights = plots.gate_weights_by_client(str(tmp_path))
+  weights = gates.gate_weights_by_client(str(tmp_path))
   assert [len(w) for w in weights] == [int(c.sum()) for c in exp.class_counts[:, 1]]
   assert all(((w >= 0) & (w <= 1)).all() for w in weights)
   assert np.concatenate(weights).std() > 0
-  path = plots.plot_gates(weights, "fedmoe", str(tmp_path / "gates.png"))
+  path = figures.plot_gates(weights, "fedmoe", str(tmp_path / "gates.png"))
   assert _png_size(path) == (640, 480)
   # with each sample's label: a client's labels are its test split's classes
-  samples = plots.gate_samples_by_client(str(tmp_path))
+  samples = gates.gate_samples_by_client(str(tmp_path))
   for k, (w, labels) in enumerate(samples):
     np.testing.assert_array_equal(w, weights[k])
     np.testing.assert_array_equal(np.bincount(labels, minlength=exp.class_counts.shape[-1]),
                                   exp.class_counts[k, 1])
-  from fedjax_het.sweeps import claims  # noqa: PLC0415
-  from fedjax_het.sweeps.rundirs import RunData  # noqa: PLC0415
   run = RunData("fedmoe", "fedmoe", "", 0, "fedmoe", str(tmp_path), ({"round": 3},), ())
-  claims.write_gates(run)  # what the claims ledger commits, read back
-  for (w, labels), (w2, labels2) in zip(samples, claims.read_gates(run)):
+  gates.write_gates(run)  # what the claims ledger commits, read back
+  for (w, labels), (w2, labels2) in zip(samples, gates.read_gates(run)):
     np.testing.assert_allclose(w2, w, atol=1e-5)
     np.testing.assert_array_equal(labels2, labels)
   other = config_lib.override(exp.config, {"learning_rate": 0.5})
   metrics_lib.write_json(str(tmp_path / "config.json"), other.to_dict())
   with pytest.raises(ckpt_lib.ConfigMismatchError):  # the checkpoint of another config
-    plots.gate_weights_by_client(str(tmp_path))
+    gates.gate_weights_by_client(str(tmp_path))
+
+
+def _sweeps_imports(module: str) -> set[str]:
+  """The ``fedjax_het.sweeps`` modules a module of the package imports, lazily or not."""
+  import ast  # noqa: PLC0415
+  with open(os.path.join(ROOT, "fedjax_het", "sweeps", module + ".py")) as f:
+    tree = ast.parse(f.read())
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == "fedjax_het.sweeps":
+      found |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+        "fedjax_het.sweeps."):
+      found.add(node.module.split(".")[2])
+  return found
+
+
+def test_the_sweeps_modules_import_without_a_circle():
+  modules = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "fedjax_het", "sweeps"))
+                   if f.endswith(".py") and f != "__init__.py")
+  graph = {m: _sweeps_imports(m) for m in modules}
+  assert graph["verdicts"] == {"stats", "claim_runs", "claims"}  # not the page's
+  assert graph["claims"] == set() and graph["stats"] == set()
+  order: list[str] = []  # a topological order exists exactly when there is no circle
+  while len(order) < len(modules):
+    ready = [m for m in modules if m not in order and graph[m] <= set(order)]
+    assert ready, {m: sorted(graph[m] - set(order)) for m in modules if m not in order}
+    order += ready

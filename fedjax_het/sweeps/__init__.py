@@ -7,18 +7,25 @@
 - ``eta``: the sweep's ETA, projected from the training loop's progress callback;
 - ``budget`` and ``campaign``: FLOPs and time before a sweep starts; the campaign
   (``benchmarks/campaign.py``).
-- ``plots``: figures and TensorBoard logs of run directories (needs the ``plots`` extra,
-  matplotlib and tensorboardX); ``experiments/plots.py``.
+- ``plots``: a directory of runs' figures per setting and run, TensorBoard logs and
+  ``plots.json`` (needs the ``plots`` extra, matplotlib and tensorboardX);
+  ``experiments/plots.py``. ``figures`` draws the figures, ``tensorboard_logs`` writes
+  and reads the logs, ``gates`` restores FedMoE's gate weights from a checkpoint and
+  keeps them in ``gates.json``.
 - ``results_page``: ``docs/results.md`` from a sweep and its figures;
   ``experiments/results_page.py``.
-- ``paired``: seed-matched differences between a sweep's methods or settings (mean and
-  standard error), at the end and at every evaluated round with the trend over the
-  last third of the run; ``experiments/paired.py``.
-- ``claims``: the claims ledger, the papers' claims judged on committed runs
-  (``docs/claims.md``); ``experiments/claims_page.py``, rows in
-  ``experiments/claims/ledger.py``.
+- ``paired``: seed-matched differences between a sweep's methods or settings, at the
+  end and at every evaluated round; ``paired_report`` writes them as Markdown with the
+  trend over the last third of the run (``experiments/paired.py``).
+- ``stats``: the statistics these share (mean and standard error, trend, Spearman, eta
+  squared), functions of arrays.
+- the claims ledger, the papers' claims judged on committed runs (``docs/claims.md``;
+  rows in ``experiments/claims/ledger.py``, command ``experiments/claims_page.py``):
+  ``claims`` its rows (``Claim``, ``Group``), ``claim_runs`` the runs a claim reads and
+  their per-seed values, ``verdicts`` the verdict at each round read, ``claims_page``
+  the page and its figures.
 - ``rundirs``: reading run directories (metrics, summary, place in the grid), shared by
-  ``plots`` and ``paired``.
+  the figures, the comparisons and the ledger.
 
 Nothing is imported here, so ``fedjax_het.sweeps.runner`` works without matplotlib.
 """

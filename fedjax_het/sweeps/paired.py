@@ -9,7 +9,8 @@ cell), and two settings that differ only in, say, ``runtime.compute_dtype`` shar
 partition, the initial keys and the sampling. The difference between them at one seed
 is therefore far less noisy than the difference between two means over seeds, whose
 spread is mostly the partition's. This module reports, for each pair of groups, the
-per-seed differences and their mean with its standard error (sample std / sqrt(n)).
+per-seed differences and their mean with its standard error (sample std / sqrt(n));
+``paired_report`` writes them as Markdown (the command line of ``experiments/paired.py``).
 
 ``--baseline`` names either a setting (each method's other settings against that
 setting: bf16 against float32) or a method (every other method against it within each
@@ -32,10 +33,9 @@ from typing import Sequence
 
 import numpy as np
 
+from fedjax_het.sweeps import stats
 from fedjax_het.sweeps.rundirs import RunData
-from fedjax_het.sweeps.rundirs import load_runs
 
-# (column title, metrics.jsonl key, statistic)
 METRICS = (
     ("final (a)", "mean_test_acc", "final"),
     ("last k (a)", "mean_test_acc", "last_k"),
@@ -193,76 +193,10 @@ class RoundComparison:
           else np.full(self.diffs.shape[1], np.nan))
     return self.diffs.mean(axis=0), se
 
-  def trend(self, upto: int | None = None, fraction: float = 1 / 3) -> Trend:
-    """The slope of the difference over the last ``fraction`` of rounds 1..``upto``."""
-    return trend(self.rounds, self.diffs, upto=upto, fraction=fraction)
-
-
-@dataclasses.dataclass(frozen=True)
-class Trend:
-  """Where a paired difference is going at the end of a run.
-
-  Attributes:
-    slope: the mean over seeds of each seed's least-squares slope of the difference
-      against the round, over the window, in points per 10 rounds.
-    se: its standard error over seeds (nan for one seed).
-    first, last: the window's first and last evaluated round.
-    level: the mean over seeds of each seed's mean difference over the window, in
-      points: the difference read over the window rather than at its last round, which
-      one noisy evaluation can move.
-    level_se: its standard error over seeds (nan for one seed).
-  """
-  slope: float
-  se: float
-  first: int
-  last: int
-  level: float
-  level_se: float
-
-  @property
-  def direction(self) -> str:
-    """``'rising'`` / ``'falling'`` (slope beyond two standard errors) or ``'flat'``
-    (within them, or a single seed)."""
-    if math.isnan(self.se) or abs(self.slope) <= 2 * self.se:
-      return "flat"
-    return "rising" if self.slope > 0 else "falling"
-
-  def __str__(self) -> str:
-    return (f"{mean_se_text(self.slope, self.se)} per 10 rounds over rounds "
-            f"{self.first}-{self.last}: {self.direction}")
-
-
-def trend(rounds: np.ndarray, diffs: np.ndarray, *, upto: int | None = None,
-          fraction: float = 1 / 3) -> Trend:
-  """The slope of per-seed differences over the last ``fraction`` of a run.
-
-  Args:
-    rounds: evaluated rounds [R], ascending.
-    diffs: per-seed differences [S, R].
-    upto: the run's last round to consider (default the last evaluated round): the
-      window is the evaluated rounds in ``(upto * (1 - fraction), upto]``.
-    fraction: the share of the run the window covers.
-
-  Returns:
-    ``Trend``: the seeds' mean slope (points per 10 rounds) and its standard error, and
-    the seeds' mean difference over the window (its level) with its standard error.
-
-  Raises:
-    ValueError: fewer than two evaluated rounds fall in the window.
-  """
-  rounds = np.asarray(rounds, dtype=np.float64)
-  last = float(rounds[-1]) if upto is None else float(upto)
-  window = (rounds > last * (1 - fraction)) & (rounds <= last)
-  if window.sum() < 2:
-    raise ValueError(f"the last {fraction:.0%} of rounds 1..{last:.0f} holds "
-                     f"{int(window.sum())} evaluated round(s); a slope needs two")
-  x = rounds[window]
-  y = np.asarray(diffs, dtype=np.float64)[:, window]
-  xc = x - x.mean()
-  slopes = 10.0 * (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
-  mean, se = mean_se(slopes)
-  level, level_se = mean_se(y.mean(axis=1))
-  return Trend(mean, se, int(x[0]), int(x[-1]), level, level_se)
+  def trend(self, upto: int | None = None, fraction: float = 1 / 3) -> stats.Trend:
+    """The slope of the difference over the last ``fraction`` of rounds 1..``upto``
+    (``stats.trend``)."""
+    return stats.trend(self.rounds, self.diffs, upto=upto, fraction=fraction)
 
 
 def round_values(rows: Sequence[dict], key: str) -> dict:
@@ -306,140 +240,3 @@ def round_pair(values: dict, base: dict, group: tuple, base_group: tuple,
   rounds = np.array(sorted(common))
   diffs = np.array([[values[s][t] - base[s][t] for t in rounds] for s in seeds])
   return RoundComparison(*group, *base_group, key, seeds, rounds, diffs)
-
-
-def first_reach(acc: Sequence[float], target: float) -> int | None:
-  """Index of the first value ``>= target`` (None when never reached)."""
-  hits = np.flatnonzero(np.asarray(acc) >= target)
-  return int(hits[0]) if len(hits) else None
-
-
-def mean_se(diffs: np.ndarray) -> tuple[float, float]:
-  """Mean and its standard error (sample std / sqrt(n); nan for a single value)."""
-  d = np.asarray(diffs, dtype=np.float64)
-  se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
-  return float(d.mean()), se
-
-
-def mean_se_text(mean: float, se: float) -> str:
-  """``'+1.23 ± 0.45'`` (no ``±`` part when ``se`` is nan: a single seed)."""
-  return f"{mean:+.2f}" + ("" if math.isnan(se) else f" ± {se:.2f}")
-
-
-def _cell(diffs: np.ndarray) -> str:
-  return mean_se_text(*mean_se(diffs))
-
-
-def markdown(comparisons: Sequence[Comparison], *, last_k: int,
-             per_seed: bool = False) -> str:
-  """The table of mean differences (± standard error) and, if asked, per-seed values."""
-  if not comparisons:
-    return "No pair of groups shares a finished seed.\n"
-  titles = [t for t, _, _ in METRICS if any(t in c.diffs for c in comparisons)]
-  shown = [t.replace("last k", f"last {last_k}") for t in titles]
-  first = comparisons[0]
-  minus = (f"the same method in setting {first.base_setting!r}"
-           if first.base_method == first.method
-           else f"{first.base_method} in the same setting")
-  lines = [
-      f"Each row: the method in the setting minus {minus}, in accuracy points, mean ± "
-      "standard error over the seeds both finished (n); `last "
-      f"{last_k}`: the mean of the evaluations in the last {last_k} rounds.", "",
-      "| method | setting | n | " + " | ".join(shown) + " |",
-      "|---|---|---:|" + "---:|" * len(titles)]
-  for c in comparisons:
-    cells = [_cell(c.diffs[t]) if t in c.diffs else "–" for t in titles]
-    lines.append(f"| {c.method} | {c.setting} | {len(c.seeds)} | " + " | ".join(cells)
-                 + " |")
-  if per_seed:
-    for c in comparisons:
-      lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / "
-                f"{c.base_setting}, per seed ({', '.join(map(str, c.seeds))}):", ""]
-      for t, name in zip(titles, shown):
-        if t in c.diffs:
-          lines.append(f"- {name}: " + " / ".join(f"{d:+.2f}" for d in c.diffs[t])
-                       + f" (baseline {' / '.join(f'{b:.2f}' for b in c.base[t])})")
-  return "\n".join(lines) + "\n"
-
-
-def trend_markdown(comparisons: Sequence[RoundComparison], *,
-                   per_round: bool = False) -> str:
-  """Where each difference is going: its value at the last round both evaluated, its
-  mean over the last third of the run and its slope there (``trend``); with
-  ``per_round`` also the difference at every evaluated round."""
-  if not comparisons:
-    return ""
-  protocol = {"mean_test_acc": "(a)", "sampled_test_acc": "(b)"}
-  lines = ["Where each difference is going: at the last round every seed evaluated, its "
-           "mean over the last third of the run (which one noisy evaluation cannot move) "
-           "and its slope there (each seed's mean and least-squares slope, mean ± "
-           "standard error over the seeds, points and points per 10 rounds; `rising` or "
-           "`falling` beyond two standard errors, else `flat`).", "",
-           "| method | setting | protocol | n | last round | difference | last third "
-           "| slope / 10 rounds | going |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
-  for c in comparisons:
-    try:
-      t = c.trend()
-    except ValueError:  # too few evaluated rounds in the last third
-      t = None
-    level, slope = ("–", "–") if t is None else (mean_se_text(t.level, t.level_se),
-                                                 mean_se_text(t.slope, t.se))
-    lines.append(f"| {c.method} | {c.setting} | {protocol.get(c.key, c.key)} | "
-                 f"{len(c.seeds)} | {int(c.rounds[-1])} | {_cell(c.diffs[:, -1])} | "
-                 f"{level} | {slope} | {'–' if t is None else t.direction} |")
-  if per_round:
-    for c in comparisons:
-      lines += ["", f"{c.method} / {c.setting} minus {c.base_method} / {c.base_setting}, "
-                f"{protocol.get(c.key, c.key)}, by round (mean ± s.e. over seeds "
-                f"{', '.join(map(str, c.seeds))}):", "", "| round | difference |",
-                "|---:|---:|"]
-      lines += [f"| {int(r)} | {_cell(c.diffs[:, i])} |" for i, r in enumerate(c.rounds)]
-  return "\n".join(lines) + "\n"
-
-
-def paired_report(sweep_dir: str, baseline: str, *, last_k: int = 5,
-                  per_seed: bool = False, per_round: bool = False) -> str:
-  """The Markdown report of ``sweep_dir``'s groups against ``baseline``: the table of
-  differences, then where each is going (``trend_markdown``)."""
-  if last_k < 1:
-    raise ValueError(f"--last_k must be >= 1, got {last_k}")
-  runs = load_runs(sweep_dir)
-  if not runs:
-    raise FileNotFoundError(f"no run directories with metrics under {sweep_dir!r}")
-  table = markdown(compare(group_values(runs, last_k), baseline), last_k=last_k,
-                   per_seed=per_seed)
-  rounds = [c for key in ("mean_test_acc", "sampled_test_acc")
-            for c in compare_rounds(runs, baseline, key)]
-  trends = trend_markdown(rounds, per_round=per_round)
-  return table + ("\n" + trends if trends else "")
-
-
-def cli() -> None:
-  """The command line: ``--sweep_dir``, ``--baseline``, ``--last_k``, ``--per_seed``,
-  ``--per_round``."""
-  from absl import flags  # noqa: PLC0415
-
-  from fedjax_het import cli as cli_lib  # noqa: PLC0415
-
-  sweep_dir = flags.DEFINE_string("sweep_dir", None, "A sweep directory (or of runs).")
-  baseline = flags.DEFINE_string("baseline", None, "A setting or a method to subtract.")
-  last_k = flags.DEFINE_integer("last_k", 5, "Rounds averaged by the `last k` columns.")
-  per_seed = flags.DEFINE_bool("per_seed", False, "Also list every seed's difference.")
-  per_round = flags.DEFINE_bool("per_round", False,
-                                "Also list the difference at every evaluated round.")
-  flags.mark_flags_as_required(["sweep_dir", "baseline"])
-
-  def main(argv):
-    del argv
-    try:
-      print(paired_report(sweep_dir.value, baseline.value, last_k=last_k.value,
-                          per_seed=per_seed.value, per_round=per_round.value),
-            end="", flush=True)
-    except (ValueError, FileNotFoundError) as err:
-      cli_lib.fail(err)
-
-  cli_lib.run(main, flag=None)
-
-
-if __name__ == "__main__":
-  cli()

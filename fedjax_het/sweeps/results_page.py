@@ -19,8 +19,11 @@ from typing import Sequence
 
 from fedjax_het import config_files
 from fedjax_het.sweeps import paired as paired_lib
-from fedjax_het.sweeps import plots as plots_lib
+from fedjax_het.sweeps import paired_report
 from fedjax_het.sweeps import tables
+from fedjax_het.sweeps.rundirs import load_runs
+from fedjax_het.sweeps.rundirs import read_json
+from fedjax_het.sweeps.stats import mean_se
 
 KIND_TITLES = {"accuracy": "Mean test accuracy vs rounds",
                "client_diff": "Per-client accuracy difference",
@@ -60,7 +63,7 @@ def answer_lines(comparisons: Sequence[paired_lib.Comparison], rows: Sequence[di
     for c in comparisons:
       if metric not in c.diffs:
         continue
-      mean, se = paired_lib.mean_se(c.diffs[metric])
+      mean, se = mean_se(c.diffs[metric])
       key = ("within" if math.isnan(se) or abs(mean) <= 2 * se
              else "above" if mean > 0 else "below")
       groups[key].append(f"{c.method} ({mean:+.2f} ± {se:.2f})" if key != "within"
@@ -169,7 +172,7 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
   """Another sweep's tables for comparison (an earlier protocol, another machine): what
   it is, its command and environment, how far its cells are from the paper's (its sweep
   file's ``PAPER_CELLS``), and its figures where ``<sweep_dir>/plots`` has them."""
-  info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
+  info = read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
     rows = tables.parse_csv(f.read())
   methods = list(dict.fromkeys(r["algorithm"] for r in info["runs"]))
@@ -180,7 +183,7 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
   csv_link = os.path.relpath(os.path.join(sweep_dir, "results.csv"), page_dir)
   plots_dir = os.path.join(sweep_dir, "plots")
   plots_json = os.path.join(plots_dir, "plots.json")
-  figures = (figure_section(plots_lib.read_json(plots_json)["figures"], plots_dir,
+  figures = (figure_section(read_json(plots_json)["figures"], plots_dir,
                             page_dir, settings, heading="###")
              if os.path.exists(plots_json) else [])
   return "\n".join([
@@ -194,7 +197,7 @@ def earlier_section(sweep_dir: str, page_path: str) -> str:
 
 def paired_section(sweep_dir: str, baseline: str, last_k: int = 5) -> str:
   """Every other method (or setting) minus ``baseline``, seed by seed (``paired``)."""
-  table = paired_lib.paired_report(sweep_dir, baseline, last_k=last_k)
+  table = paired_report.report(sweep_dir, baseline, last_k=last_k)
   return "\n".join([
       f"## Paired against {baseline}", "",
       "Runs of one cell at the same seed share the partition, so a method's difference "
@@ -214,15 +217,15 @@ def write_page(sweep_dir: str, plots_dir: str | None, out: str,
   same methods under an earlier protocol). ``paired``: a method or setting to subtract
   seed by seed in a section after the tables (``paired_section``).
   """
-  sweep_info = plots_lib.read_json(os.path.join(sweep_dir, "sweep.json"))
+  sweep_info = read_json(os.path.join(sweep_dir, "sweep.json"))
   with open(os.path.join(sweep_dir, "results.csv")) as f:
     rows = tables.parse_csv(f.read())
   plots_json = os.path.join(plots_dir, "plots.json") if plots_dir else None
-  plots_info = (plots_lib.read_json(plots_json)
+  plots_info = (read_json(plots_json)
                 if plots_json and os.path.exists(plots_json) else None)
   sweep_command = sweep_info.get("command", "")
   comparisons = (paired_lib.compare(paired_lib.group_values(
-      paired_lib.load_runs(sweep_dir), 5), paired) if paired else [])
+      load_runs(sweep_dir), 5), paired) if paired else [])
   text = render_page(sweep_info, rows, plots_info, sweep_dir=sweep_dir,
                      plots_dir=plots_dir or "", page_path=out, page_command=command,
                      about=sweep_docstring(sweep_command),
