@@ -1,4 +1,5 @@
 """FedMRL mechanics on tiny inputs: Matryoshka widths, uplink, aggregation, a round."""
+import by_hand
 import chex
 import jax
 import jax.numpy as jnp
@@ -84,22 +85,33 @@ def test_inference_modes_predict(inference):
   chex.assert_shape(net.predict(params, jnp.ones((2, 32, 32, 3)), inference), (2, 10))
 
 
-def test_round_compiles_once_and_sends_theta(tiny_config):
-  exp = experiment.prepare(tiny_config("fedmrl", overrides={"algo.d1": 20,
-                                                      "algo.small_arch": "tiny"}))
+def test_round_compiles_once_sends_theta_averages_by_counts_and_learns(tiny_config):
+  """Eq. 4 with the partition's unequal counts after round 1; after 5 rounds the clients
+  beat twice the accuracy of their label prior (synthetic data whose classes are
+  learnable); one compiled round throughout."""
+  exp = experiment.prepare(tiny_config("fedmrl", overrides={
+      "algo.d1": 20, "algo.small_arch": "tiny", "num_rounds": 5, "momentum": 0.9,
+      "learning_rate": 0.05}))
   init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
   theta0 = state.server
-  for _ in range(2):
+  state, metrics = round_fn(state, exp.data)
+  # Eq. 4: theta = sum_k n_k theta_k / sum_k n_k, n_k counted from the tables' masks
+  by_hand.assert_weighted_by_counts(exp, state, lambda c: c.params["global"])
+  for _ in range(4):
     state, metrics = round_fn(state, exp.data)
   assert np.isfinite(float(metrics["train_loss"]))
   assert_server_holds_no_client_leaf(state)
-  theta_size = sum(x.size for x in jax.tree.leaves(theta0))
+  # the tiny small model on 16x16 images, d1 = 20: conv 5x5 3->4, conv 5x5 4->8 (a 1x1
+  # map after two valid convs and pools), fc 8->32, rep 32->20, header 20->10
+  theta_size = (75 * 4 + 4) + (100 * 8 + 8) + (8 * 32 + 32) + (32 * 20 + 20) + (20 * 10 + 10)
+  assert sum(x.size for x in jax.tree.leaves(theta0)) == theta_size
   assert float(metrics["uplink_params"]) == theta_size
   assert not np.allclose(jax.tree.leaves(state.server)[0], jax.tree.leaves(theta0)[0])
   counts = exp.algorithm.evaluate(state, exp.data)
   assert len(counts) == 2  # two architecture groups
+  by_hand.assert_learned(exp, counts)
 
 
 def test_projector_is_initialised_as_torch_linear():
