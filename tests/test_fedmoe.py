@@ -65,8 +65,7 @@ def test_round_compiles_once_averages_by_counts_learns_and_gate_analysis(tiny_co
   """Eq. 6 with the partition's unequal counts after round 1; after 5 rounds the clients
   beat twice the accuracy of their label prior; one compiled round throughout."""
   exp = experiment.prepare(tiny_config("fedmoe", overrides={
-      "algo.global_arch": "tiny", "algo.gating_hidden": 8, "num_rounds": 5,
-      "momentum": 0.9, "learning_rate": 0.05}))
+      "algo.global_arch": "tiny", "algo.gating_hidden": 8, **by_hand.LEARNS}))
   init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))

@@ -90,8 +90,7 @@ def test_round_compiles_once_sends_theta_averages_by_counts_and_learns(tiny_conf
   beat twice the accuracy of their label prior (synthetic data whose classes are
   learnable); one compiled round throughout."""
   exp = experiment.prepare(tiny_config("fedmrl", overrides={
-      "algo.d1": 20, "algo.small_arch": "tiny", "num_rounds": 5, "momentum": 0.9,
-      "learning_rate": 0.05}))
+      "algo.d1": 20, "algo.small_arch": "tiny", **by_hand.LEARNS}))
   init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
