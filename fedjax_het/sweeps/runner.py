@@ -5,11 +5,15 @@ r"""Runs a grid of experiments (algorithms x settings x seeds) and tabulates the
       --sweep_dir=runs/paper_table --sweep.seeds=0,1
   python experiments/sweep.py --sweep=experiments/sweeps/paper_table.py \
       --sweep_dir=runs/paper_table --dry_run      # list the runs, run nothing
+  python experiments/sweep.py --sweep=experiments/claims/table.py \
+      --sweep_dir=runs/two --sweep.algorithms=standalone,fedmoe   # two of its rows
 
 A sweep file's ``get_config()`` returns a ConfigDict of ``algorithms``, ``settings`` and
 ``seeds`` (``fedjax_het.sweeps.plan`` says what each holds); an algorithm given by name
 is ``<configs_dir>/<name>.py``, the folder the caller passes (``experiments/sweep.py``:
-its own folder, ``experiments/``).
+its own folder, ``experiments/``). ``--sweep.algorithms=a,b`` and ``--sweep.settings=s,t``
+(names or slugs) run some of the file's rows and columns (``plan.select``): the
+overrides of the rows left out are dropped, with a line that says so.
 
 Every run is ``loop.run`` in this process, in ``<sweep_dir>/<algorithm>/<setting
 slug>/seed<k>/``. A run whose ``summary.json`` says it finished (with the same config) is
@@ -42,6 +46,7 @@ from fedjax_het.sweeps import tables
 from fedjax_het.sweeps.plan import Run
 from fedjax_het.sweeps.plan import finished_summary
 from fedjax_het.sweeps.plan import plan
+from fedjax_het.sweeps.plan import select
 from fedjax_het.sweeps.plan import slug
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import estimate
@@ -280,6 +285,31 @@ def run_sweep(sweep: ml_collections.ConfigDict, sweep_dir: str, *,
   return rows
 
 
+SUBSET_KEYS = ("algorithms", "settings")  # --sweep.<key>=a,b: a subset (plan.select)
+
+
+def subset_args(argv: Sequence[str], flag: str = "sweep") -> tuple[list[str], dict]:
+  """``argv`` without its ``--<flag>.algorithms`` / ``--<flag>.settings`` (``=a,b`` or
+  the value as the next argument), and their texts by key (a repeated one joined by a
+  comma): lists that ml_collections' overrides do not take, read by ``plan.select``."""
+  rest, texts, i = [], {}, 0
+  while i < len(argv):
+    arg = argv[i]
+    key = next((k for k in SUBSET_KEYS if arg == f"--{flag}.{k}"
+                or arg.startswith(f"--{flag}.{k}=")), None)
+    if key is None:
+      rest.append(arg)
+    elif "=" in arg:
+      texts.setdefault(key, []).append(arg.split("=", 1)[1])
+    elif i + 1 < len(argv):
+      texts.setdefault(key, []).append(argv[i + 1])
+      i += 1
+    else:
+      texts.setdefault(key, []).append("")
+    i += 1
+  return rest, {k: ",".join(v) for k, v in texts.items()}
+
+
 def cli(configs_dir: str | None = None) -> None:
   """The command line: ``--sweep`` (config file), ``--sweep_dir``, ``--dry_run``.
 
@@ -292,8 +322,12 @@ def cli(configs_dir: str | None = None) -> None:
   from fedjax_het import cli as cli_lib  # noqa: PLC0415
   from fedjax_het.training import compile_cache  # noqa: PLC0415
 
+  argv, subset = subset_args(sys.argv)  # ml_collections reads the others (sys_argv)
   sweep_flag = config_flags.DEFINE_config_file(
-      "sweep", None, "Sweep config file (experiments/sweeps/smoke.py)", lock_config=True)
+      "sweep", None, "Sweep config file (experiments/sweeps/smoke.py); "
+      "--sweep.algorithms=a,b and --sweep.settings=s,t (names or slugs) run some of its "
+      "rows and columns, dropping the overrides of the rows left out", lock_config=True,
+      sys_argv=argv)
   dir_flag = flags.DEFINE_string("sweep_dir", None, "Output directory: a run per "
                                  "algorithm, setting and seed, and the tables (a rerun "
                                  "continues it)")
@@ -323,6 +357,10 @@ def cli(configs_dir: str | None = None) -> None:
     if not dry_flag.value:
       compile_cache.enable(cache_flag.value or os.path.join(sweep_dir, "xla_cache"))
     try:
+      if subset:
+        sweep = select(sweep, algorithms=subset.get("algorithms"),
+                       settings=subset.get("settings"), configs_dir=configs_dir,
+                       log=lambda s: print(s, flush=True))
       if dry_flag.value:
         runs = plan(sweep, sweep_dir, configs_dir=configs_dir)
         for i, run in enumerate(runs):
@@ -344,7 +382,7 @@ def cli(configs_dir: str | None = None) -> None:
           + f"; table in {os.path.join(sweep_dir, 'results.md')}", flush=True)
     sys.exit(1 if failed else 0)
 
-  cli_lib.run(main, flag="sweep")
+  cli_lib.run(main, argv=argv, flag="sweep")
 
 
 if __name__ == "__main__":
