@@ -14,7 +14,9 @@ For each config it
    ``--kills`` times: the first kill lands while a checkpoint is being written (the
    script polls the checkpoint directory for orbax's temporary step directory), each
    other one a random 0-0.3 s after the progress line of a random round not yet
-   checkpointed (round 0: during start-up); then reruns the command until it finishes;
+   checkpointed (round 0: during start-up); then reruns the command until it finishes
+   and logs the round that last process resumed from (``last process: resumed from
+   round N``; 0: it started afresh, and the kills tested nothing);
 3. checks that ``summary.json`` and every row of ``metrics.jsonl`` are identical
    (``wall_s``, the wall-clock time, excluded), rounds 1..R each exactly once.
 
@@ -51,13 +53,20 @@ def command(config: str, workdir: str, extra: list[str]) -> list[str]:
   return [sys.executable, MAIN, f"--config={config}", f"--workdir={workdir}", *extra]
 
 
-def run_to_end(cmd: list[str], timeout: float) -> float:
-  """Runs ``cmd`` to completion; returns its wall time. Raises on a non-zero exit."""
+def run_to_end(cmd: list[str], timeout: float) -> tuple[float, str]:
+  """Runs ``cmd`` to completion; returns its wall time and stdout. Raises on a non-zero
+  exit."""
   t0 = time.perf_counter()
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
   if out.returncode != 0:
     raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-  return time.perf_counter() - t0
+  return time.perf_counter() - t0, out.stdout
+
+
+def resumed_round(stdout: str) -> int:
+  """The round a process resumed from (its ``resumed from round N`` line), 0 if none."""
+  found = re.search(r"resumed from round (\d+)", stdout)
+  return int(found.group(1)) if found else 0
 
 
 def checkpoint_being_written(workdir: str) -> bool:
@@ -160,7 +169,7 @@ def check(config: str, workdir: str, *, kills: int, seed: int, extra: list[str],
   """Runs the three steps of the module docstring for one config; True when identical."""
   rng = random.Random(seed)
   ref_dir, killed_dir = os.path.join(workdir, "reference"), os.path.join(workdir, "killed")
-  duration = run_to_end(command(config, ref_dir, extra), timeout)
+  duration, _ = run_to_end(command(config, ref_dir, extra), timeout)
   log(f"{config}: uninterrupted run {duration:.1f}s")
   cmd = command(config, killed_dir, extra)
   num_rounds = read_run(ref_dir)[1]["rounds_completed"]
@@ -169,7 +178,8 @@ def check(config: str, workdir: str, *, kills: int, seed: int, extra: list[str],
     delay = rng.uniform(0.0, 0.5 * duration if after == 0 else 0.3)
     what = kill_once(cmd, killed_dir, after_round=after, delay=delay, timeout=timeout)
     log(f"  kill {i + 1}: {what}")
-  run_to_end(cmd, timeout)
+  _, stdout = run_to_end(cmd, timeout)
+  log(f"  last process: resumed from round {resumed_round(stdout)} of {num_rounds}")
   problems = compare(ref_dir, killed_dir)
   log(f"  {'IDENTICAL' if not problems else 'DIFFERENT'}: metrics.jsonl and summary.json "
       f"after {kills} kills")

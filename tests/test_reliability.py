@@ -2,6 +2,7 @@
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -26,6 +27,9 @@ import kill_resume  # noqa: E402
 SHRINK = {
     "fedmrl": ["--config.algo.small_arch=tiny", "--config.algo.d1=20"],
     "fedmoe": ["--config.algo.global_arch=tiny", "--config.algo.gating_hidden=8"],
+    # two device types, so FILE weighs two proxies; the server carries WIRE's meta-networks,
+    # their Adam state and regressors across the kills
+    "moss": ["--config.models=tiny,tiny2", "--config.algo.wire_layers=conv2,rep"],
 }
 
 
@@ -49,6 +53,9 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(name, tiny_npz, tmp_path
   assert out.returncode == 0, out.stdout + out.stderr[-3000:]
   assert "killed during a checkpoint write" in out.stdout
   assert "IDENTICAL" in out.stdout
+  # the last process resumed from a checkpoint the killed ones wrote (not afresh)
+  resumed = re.search(r"last process: resumed from round (\d+) of 4", out.stdout)
+  assert resumed and int(resumed.group(1)) > 0, out.stdout
 
 
 def test_all_means_every_algorithm_config_and_no_other_script():
