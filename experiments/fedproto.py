@@ -8,6 +8,10 @@ lamda * MSE(rep, global prototype of the label); inference by nearest global pro
   # the client's own header instead of the nearest prototype:
   python experiments/main.py --config=experiments/fedproto.py --workdir=runs/fedproto_hd \
       --config.algo.inference=header
+  # the reference implementations' choices (experiments/claims/fedproto_reference.py):
+  python experiments/main.py --config=experiments/fedproto.py --workdir=runs/fedproto_ref \
+      --config.algo.prototype_classes=own --config.algo.prototype_weighting=clients \
+      --config.algo.prototypes_from=during_training --config.algo.prototype_memory=False
 
 Results (command, seed, rounds): docs/results.md.
 """
@@ -24,4 +28,8 @@ def get_config(arg=None):
   c.algo.lamda = 1.0
   c.algo.inference = "prototype"
   c.algo.prototype_memory = True  # False: HtFLlib's (docs/fidelity.md)
+  # the reference codes' choices (docs/fidelity.md): 'own', 'clients', 'during_training'
+  c.algo.prototype_classes = "all"
+  c.algo.prototype_weighting = "counts"
+  c.algo.prototypes_from = "after_training"
   return apply_variant(c, arg)

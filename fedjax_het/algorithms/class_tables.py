@@ -9,8 +9,12 @@ and exchange only such a table: the server forms the count-weighted per-class me
 loss against the downloaded table, what a row holds (``uplink``) and the prediction.
 
 - ``class_stats``: a client's per-class means and counts of any feature (one pass).
-- ``aggregate_classes``, ``remember``: the server's table, optionally keeping the last
-  row of a class nobody sent this round.
+- ``aggregate_classes``, ``remember``: the server's table (clients weighted by their
+  class counts, or each client once), optionally keeping the last row of a class nobody
+  sent this round.
+- ``empty_stats``, ``accumulate``, ``stats_upload``: per-class sums of a feature gathered
+  *during* local training (HtFLlib's FedProto prototypes), instead of ``class_stats``'s
+  extra pass after it.
 - ``table_protocol``, ``table_round``: the protocol and round built from them, with the
   communication counted in table entries (``mean_entries_sent``).
 """
@@ -58,23 +62,64 @@ def class_stats(feature_fn, x_pool, y_pool, idx, mask, *, num_classes: int,
   return {"means": sums / jnp.maximum(counts, 1.0)[:, None], "counts": counts}
 
 
-def aggregate_classes(uploads: list) -> dict:
-  """Count-weighted per-class mean of the uploaded tables over all groups' clients.
+WEIGHTINGS = ("counts", "clients")
+
+
+def aggregate_classes(uploads: list, weighting: str = "counts") -> dict:
+  r"""Per-class mean of the uploaded tables over all groups' clients.
+
+  ``weighting='counts'``: \bar C^(j) = sum_k n_k^(j) C_k^(j) / sum_k n_k^(j) (FedProto's
+  Eq. (6)); ``'clients'``: every client that sent class j counts once, the plain mean of
+  their rows (FedProto's code ``proto_aggregation`` and HtFLlib's ``serverproto``).
 
   Args:
     uploads: per group, {'means': [slots_g, C, D], 'counts': [slots_g, C]} (padding slots
       and unsent classes have count 0).
+    weighting: one of ``WEIGHTINGS``.
 
   Returns:
     {'table': [C, D] (zeros where invalid), 'valid': bool [C], True where some client
     sent the class}.
+
+  >>> up = {"means": jnp.array([[[1.0]], [[4.0]]]), "counts": jnp.array([[1.0], [3.0]])}
+  >>> float(aggregate_classes([up])["table"][0, 0]), float(
+  ...     aggregate_classes([up], "clients")["table"][0, 0])
+  (3.25, 2.5)
   """
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f"weighting={weighting!r}; valid: {WEIGHTINGS}")
   means = jnp.concatenate([u["means"] for u in uploads])
   counts = jnp.concatenate([u["counts"] for u in uploads])
+  if weighting == "clients":
+    counts = (counts > 0).astype(jnp.float32)
   total = jnp.sum(counts, axis=0)
   table = jnp.sum(counts[..., None] * means, axis=0) / jnp.maximum(total, 1e-12)[:, None]
   valid = total > 0
   return {"table": jnp.where(valid[:, None], table, 0.0), "valid": valid}
+
+
+def empty_stats(num_classes: int, width: int) -> dict:
+  """Per-class running sums of a feature: {'sums': float32 [C, width], 'counts': [C]}."""
+  return {"sums": jnp.zeros((num_classes, width), jnp.float32),
+          "counts": jnp.zeros((num_classes,), jnp.float32)}
+
+
+def accumulate(stats: dict, feats, labels, mask) -> dict:
+  """``stats`` plus one batch's features [B, width] (no gradient) of its real examples."""
+  onehot = jax.nn.one_hot(labels, stats["counts"].shape[0]) * mask[:, None]
+  feats = jax.lax.stop_gradient(feats).astype(jnp.float32)
+  return {"sums": stats["sums"] + onehot.T @ feats,
+          "counts": stats["counts"] + jnp.sum(onehot, axis=0)}
+
+
+def stats_upload(stats: dict, epochs: int) -> dict:
+  """A client's upload from the sums of ``accumulate`` over its ``epochs`` local epochs.
+
+  The means average every feature seen in training; the counts are per epoch (each
+  example once), as ``class_stats``'s.
+  """
+  return {"means": stats["sums"] / jnp.maximum(stats["counts"], 1.0)[:, None],
+          "counts": stats["counts"] / epochs}
 
 
 def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
@@ -91,34 +136,61 @@ def remember(old: dict, new: dict) -> dict:
 
 
 def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict,
-                   memory: bool = False) -> base.Protocol:
+                   memory: bool = False, weighting: str = "counts",
+                   during_training: bool = False, track_held: bool = False
+                   ) -> base.Protocol:
   """The protocol of FedProto and FD: private models, per-class tables on the wire.
 
   Args:
     rt, nets, opt: runtime, one private CNN per group, local SGD.
     width: D, the width of a table row (500 for prototypes, C for logits).
-    loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table.
+    loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table; with
+      ``during_training`` its ``model_state`` is the ``empty_stats`` of the round, which
+      it returns ``accumulate``d with each batch's features.
     uplink: ``(net, params, data, idx, mask, rt) -> {'means' [C, D], 'counts' [C]}``.
     predict: ``Protocol.predict`` (payload: the global table).
     memory: a class no client sent this round keeps its previous row (``remember``).
+    weighting: how ``aggregate_classes`` weighs the clients (``WEIGHTINGS``).
+    during_training: the upload is the features gathered by ``loss_fn`` during local
+      training (``stats_upload``), not ``uplink``'s pass after it.
+    track_held: the client's ``model_state`` is {'held': bool [C]}, the classes of its
+      training data (known from its first visit on), for ``predict``.
 
   Returns:
     ``Protocol``: client state a ``ClientState`` of its private model; server state and
     downlink {'table': float32 [C, D], 'valid': bool [C]}; upload the client's
     per-class means and counts, aggregated by ``aggregate_classes``.
   """
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f"weighting={weighting!r}; valid: {WEIGHTINGS}")
+  num_classes = rt.layout.num_classes
+  init_private = private_client_init(nets, opt, rt.layout.image_shape)
+
+  def init_client(g, key):
+    client = init_private(g, key)
+    if track_held:
+      client = client.replace(model_state={"held": jnp.zeros((num_classes,), bool)})
+    return client
+
   def client_update(g, client, table, data, idx, mask, key):
-    r = cl.local_train(loss_fn(nets[g], table), opt, client.params, None, client.opt_state,
-                       data.x, data.y, idx, mask, key, **rt.train_options())
-    sent = uplink(nets[g], r.params, data, idx, mask, rt)
-    return base.ClientState(r.params, None, r.opt_state), sent, {"loss": r.loss}
+    stats = empty_stats(num_classes, width) if during_training else None
+    r = cl.local_train(loss_fn(nets[g], table), opt, client.params, stats,
+                       client.opt_state, data.x, data.y, idx, mask, key,
+                       **rt.train_options())
+    if during_training:
+      sent = stats_upload(r.model_state, rt.local_epochs)
+    else:
+      sent = uplink(nets[g], r.params, data, idx, mask, rt)
+    kept = ({"held": client.model_state["held"] | (sent["counts"] > 0)} if track_held
+            else None)
+    return base.ClientState(r.params, kept, r.opt_state), sent, {"loss": r.loss}
 
   def server_aggregate(table, uploads, weights, train_key, server_data):
     del weights, train_key, server_data  # the class counts weigh the means
-    new = aggregate_classes(uploads)
+    new = aggregate_classes(uploads, weighting)
     return (remember(table, new) if memory else new), {}
 
-  return base.Protocol(private_client_init(nets, opt, rt.layout.image_shape),
+  return base.Protocol(init_client,
                        lambda rng: empty_table(rt.layout.num_classes, width),
                        lambda table, g: table, client_update, server_aggregate, predict)
 

@@ -27,14 +27,24 @@ valid global prototype in mean squared distance, as the paper and HtFLlib's
 ``clientProto.test_metrics`` do (falling back to the header while no prototype exists);
 'header' uses the client's own model.
 
-Choices taken from the reference implementation (TsingZ0/HtFLlib ``clientproto.py``,
-``serverproto.py``): the whole model is trained with lamda = 1 on the MSE term averaged
-over the batch and the 500 dims; classes that no client of the round sent are dropped
-from the global table (not carried over from earlier rounds). Differences: HtFLlib
-averages the features seen *during* the local epochs and then averages clients
-uniformly; here prototypes come from one extra pass over the client's train data with
-the trained model (like HtFLlib's ``collect_protos``), and clients are
-weighted by their class counts as in the paper's Eq. (6).
+The reference implementations: FedProto's code (yuetan031/FedProto, ``lib/update.py``,
+``lib/utils.py``) and HtFLlib's (TsingZ0/HtFLlib ``clientproto.py``, ``serverproto.py``).
+Both train the whole model with lamda = 1 on the MSE term averaged over the batch and the
+dimensions (a sample whose class has no global prototype adds 0), as here. Where they
+differ from our defaults, a key selects theirs (docs/fidelity.md):
+
+- ``prototype_classes='own'``: FedProto's code predicts among the client's own classes
+  only (others get a large constant distance); HtFLlib and our default ('all') among
+  every valid global prototype. At the ledger's N=100 cut the rule over all classes
+  falls below the clients' chance (docs/fidelity.md, "FedProto at the N=100 cut").
+- ``prototype_weighting='clients'``: both codes average the clients' prototypes of a
+  class with equal weight; our default weighs them by class counts (the paper's Eq. (6)).
+- ``prototypes_from='during_training'``: both codes average the representations of the
+  training batches (augmented, the model moving; HtFLlib over every local epoch, which
+  this key does, FedProto's code over the last); our default is one extra pass with the
+  trained model over the client's train data.
+- ``prototype_memory=False``: HtFLlib's table holds only this round's classes; FedProto's
+  code trains every client every round, so nothing is missing there.
 """
 from __future__ import annotations
 
@@ -44,6 +54,8 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import base
+from fedjax_het.algorithms.class_tables import WEIGHTINGS
+from fedjax_het.algorithms.class_tables import accumulate
 from fedjax_het.algorithms.class_tables import class_stats
 from fedjax_het.algorithms.class_tables import table_protocol
 from fedjax_het.algorithms.class_tables import table_round
@@ -51,12 +63,16 @@ from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 
 INFERENCE = ("prototype", "header")
+PROTOTYPE_CLASSES = ("all", "own")
+PROTOTYPES_FROM = ("after_training", "during_training")
 
 
 def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
              weight_decay: float = 0.0, grad_clip: float = 0.0,
              lamda: float = 1.0, inference: str = "prototype",
-             prototype_memory: bool = True) -> base.Algorithm:
+             prototype_memory: bool = True, prototype_classes: str = "all",
+             prototype_weighting: str = "counts",
+             prototypes_from: str = "after_training") -> base.Algorithm:
   """Builds FedProto.
 
   Args:
@@ -67,14 +83,29 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     inference: one of ``INFERENCE``.
     prototype_memory: keep the last known global prototype of a class nobody sent this
       round (default); False: HtFLlib's this-round-only table.
+    prototype_classes: the classes the prototype rule chooses among (``PROTOTYPE_CLASSES``):
+      'all' valid global prototypes (HtFLlib's ``test_metrics``), or the client's 'own'
+      classes, those of its training data (FedProto's code, ``test_inference_new_het_lt``).
+    prototype_weighting: clients in the global prototype (``class_tables.WEIGHTINGS``):
+      by their class 'counts' (the paper's Eq. (6)) or each once ('clients', both codes).
+    prototypes_from: a client's local prototypes from one pass over its data
+      'after_training' with the trained model, or the features of its training batches
+      'during_training' (augmented, every local epoch; HtFLlib's ``clientproto.train``).
 
   Returns:
     ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` with the private params
-    stacked [n_g, ...]; ``state.server`` = {'table': float32 [C, 500] global prototypes,
-    'valid': bool [C]}.
+    stacked [n_g, ...] (and, with ``prototype_classes='own'``, ``model_state`` =
+    {'held': bool [n_g, C]}); ``state.server`` = {'table': float32 [C, 500] global
+    prototypes, 'valid': bool [C]}.
   """
-  if inference not in INFERENCE:
-    raise ValueError(f"algo.inference={inference!r}; valid: {INFERENCE}")
+  for key, value, valid in (("inference", inference, INFERENCE),
+                            ("prototype_classes", prototype_classes, PROTOTYPE_CLASSES),
+                            ("prototype_weighting", prototype_weighting, WEIGHTINGS),
+                            ("prototypes_from", prototypes_from, PROTOTYPES_FROM)):
+    if value not in valid:
+      raise ValueError(f"algo.{key}={value!r}; valid: {valid}")
+  own = prototype_classes == "own"
+  during = prototypes_from == "during_training"
   num_classes = rt.layout.num_classes
   nets = init_models(rt, num_classes=num_classes)
   width = nets[0].rep_dim
@@ -88,6 +119,8 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       rep = models.extract(net, params, batch.x)
       logits = models.classify(net, params, rep)
       loss = cl.cross_entropy(logits, batch.y, batch.mask)
+      if during:  # model_state: this round's per-class sums (class_tables.accumulate)
+        model_state = accumulate(model_state, rep, batch.y, batch.mask)
       return loss + lamda * proto_mse(rep, batch.y, batch.mask, protos), model_state
     return fn
 
@@ -99,12 +132,15 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       logits = models.classify(net, client.params, rep)
       if inference == "header":
         return logits
-      return jnp.where(jnp.any(protos["valid"]), nearest_prototype_scores(rep, protos),
+      table = own_classes(protos, client.model_state["held"]) if own else protos
+      return jnp.where(jnp.any(table["valid"]), nearest_prototype_scores(rep, table),
                        logits.astype(jnp.float32))
     return fn
 
   proto = table_protocol(rt, nets, opt, width=width, loss_fn=loss_fn, uplink=uplink,
-                         memory=prototype_memory, predict=predict)
+                         memory=prototype_memory, predict=predict,
+                         weighting=prototype_weighting, during_training=during,
+                         track_held=own)
   return from_protocol(rt, proto, table_round(rt, proto, width))
 
 
@@ -120,6 +156,17 @@ def proto_mse(rep, labels, mask, protos) -> jax.Array:
   return jnp.sum(err * keep) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
+def own_classes(protos, held) -> dict:
+  """The table restricted to the classes a client ``held`` (bool [C]) where any of them
+  has a valid prototype; the whole table otherwise (a client not yet visited).
+
+  FedProto's code gives the other classes a large constant distance, so a client
+  predicts only its own classes.
+  """
+  mine = protos["valid"] & held
+  return {**protos, "valid": jnp.where(jnp.any(mine), mine, protos["valid"])}
+
+
 def nearest_prototype_scores(rep, protos) -> jax.Array:
   """Scores [B, C] = -mean squared distance to each valid prototype (-inf if invalid)."""
   d = jnp.mean(jnp.square(rep.astype(jnp.float32)[:, None, :] - protos["table"][None]), -1)
@@ -133,5 +180,9 @@ def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
 
 
 SPEC = base.Spec(lambda c, rt: fedproto(rt, **base.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, inference="prototype", prototype_memory=True),
-                 choices=dict(inference=INFERENCE))
+                 dict(lamda=1.0, inference="prototype", prototype_memory=True,
+                      prototype_classes="all", prototype_weighting="counts",
+                      prototypes_from="after_training"),
+                 choices=dict(inference=INFERENCE, prototype_classes=PROTOTYPE_CLASSES,
+                              prototype_weighting=WEIGHTINGS,
+                              prototypes_from=PROTOTYPES_FROM))
