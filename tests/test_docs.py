@@ -150,3 +150,43 @@ def test_a_sweep_file_says_what_it_is_in_about_ten_lines(path):
     doc = ast.get_docstring(ast.parse(f.read()))
   assert doc and len(doc.splitlines()) <= 12, (path, len((doc or "").splitlines()))
   assert "experiments/sweep.py --sweep=" in doc  # and the command that runs it
+
+
+# ----------------------------------------------------------------------------- README.md
+
+README = os.path.join(ROOT, "README.md")
+# What the test checks once each README listing ran (as copied, in a fresh process, from
+# an empty directory), by the listing's first line: small checks a broken listing fails.
+README_EXERCISES = {
+    "import jax": """
+import json, os
+assert set(metrics) >= {"train_loss"} and int(state.round) == 1
+assert [s["rounds_completed"] for s in summaries] == [3, 3, 3]
+for s in (0, 1, 2):
+  with open(f"runs/seeds/seed{s}/summary.json") as f:
+    assert json.load(f)["config"]["seed"] == s
+""",
+}
+
+
+def readme_listings() -> list[str]:
+  """Every ``python`` block of README.md."""
+  with open(README) as f:
+    return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+
+
+def test_every_python_listing_of_the_readme_runs_as_copied(tmp_path, synthetic_npz):
+  """Each listing alone in a file of an empty directory, run in a fresh process without
+  the repository on the path (``FEDJAX_HET_DATA``: a small synthetic CIFAR-10, as the
+  README says to give data), then checked (``README_EXERCISES``)."""
+  listings = readme_listings()
+  assert sorted(code.split("\n", 1)[0] for code in listings) == sorted(README_EXERCISES)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env.update(COMPILE_BOUND_ENV, FEDJAX_HET_DATA=os.path.dirname(synthetic_npz))
+  for i, code in enumerate(listings):
+    workdir = tmp_path / f"listing_{i}"
+    workdir.mkdir()
+    (workdir / "listing.py").write_text(code + README_EXERCISES[code.split("\n", 1)[0]])
+    out = subprocess.run([sys.executable, "listing.py"], cwd=workdir, capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert out.returncode == 0, f"README.md listing {i}:\n{code}\n" + out.stderr[-3000:]
