@@ -13,6 +13,7 @@ all its rounds. Rerunning the same command resumes from the newest checkpoint in
 ``<workdir>/server`` (docs/deploy.md; ``fedjax_het/deploy/loopback.py`` is the library).
 """
 import os
+import shlex
 import signal
 import sys
 
@@ -46,6 +47,7 @@ _FAULTS = flags.DEFINE_multi_string("fault", [], "Fault drill 'client:kind@round
                                     "kill, hang, nan, oversize, shape, impersonate).")
 _TIMEOUT = flags.DEFINE_float("timeout", 24 * 3600, "Seconds to wait for the run.")
 flags.mark_flags_as_required(["config", "workdir"])
+PATH_KEYS = ("data.path", "partition.path")  # = fedjax_het.deploy.settings.PATH_KEYS
 
 
 def config_spec(argv) -> str:
@@ -55,12 +57,28 @@ def config_spec(argv) -> str:
   return os.path.abspath(path) + sep + variant
 
 
+def absolute_paths(config, environ=os.environ) -> None:
+  """Makes ``FEDJAX_HET_DATA``, ``FEDJAX_HET_DATA_CACHE`` and the config's file paths
+  absolute (against the working directory): the SuperLink, the SuperNodes and their
+  apps run in ``--workdir``, not here."""
+  for name in ("FEDJAX_HET_DATA", "FEDJAX_HET_DATA_CACHE"):
+    if environ.get(name):
+      environ[name] = os.path.abspath(environ[name])
+  with config.unlocked():
+    for key in PATH_KEYS:
+      section, leaf = key.split(".")
+      value = config[section].get(leaf, "")
+      if value and not os.path.isabs(value):
+        config[section][leaf] = os.path.abspath(value)
+
+
 def main(argv):
   del argv
   from fedjax_het.deploy import federation  # Flower: an optional extra
   from fedjax_het.deploy import flower  # Flower: an optional extra
   from fedjax_het.deploy import loopback  # Flower: an optional extra
   config = _CONFIG.value
+  absolute_paths(config)
   faults = {}
   try:
     for item in _FAULTS.value:
@@ -74,7 +92,10 @@ def main(argv):
   except (ValueError, FileNotFoundError) as err:
     cli.fail(err)
   workdir = os.path.abspath(_WORKDIR.value)
-  run_config = {"config": config_spec(sys.argv), "overrides": flower.overrides_of(sys.argv),
+  paths = [f"{k}={config[k.split('.')[0]][k.split('.')[1]]}" for k in PATH_KEYS
+           if config[k.split(".")[0]].get(k.split(".")[1], "")]  # absolute by now
+  overrides = " ".join([flower.overrides_of(sys.argv), *map(shlex.quote, paths)]).strip()
+  run_config = {"config": config_spec(sys.argv), "overrides": overrides,
                 "workdir": os.path.join(workdir, "server"),
                 "round-timeout": _ROUND_TIMEOUT.value,
                 "startup-timeout": _STARTUP_TIMEOUT.value,

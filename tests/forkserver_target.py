@@ -4,6 +4,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 IMPORTED_IN = os.getpid()  # the process that imported this module
 
 
@@ -13,7 +15,8 @@ def make():
   def run():
     print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
                       "ppid": os.getppid(), "preloaded_in": IMPORTED_IN,
-                      "env": os.environ.get("PYTHONPATH")}), flush=True)
+                      "env": os.environ.get("PYTHONPATH"),
+                      "numpy_random": float(np.random.random())}), flush=True)
     print("child stderr", file=sys.stderr, flush=True)
     if sys.argv[1] == "sleep":
       time.sleep(60)

@@ -299,8 +299,16 @@ def test_malformed_uploads_and_silent_clients_are_their_failures(deployed):
 
 
 def test_too_few_uploads_retry_the_round_then_fail(deployed):
-  with pytest.raises(RuntimeError, match="round 1 got fewer than min-fit-clients=4"):
-    deployed(faults={2: "shape@1"}, round_attempts=2)
+  with pytest.raises(RuntimeError, match=r"round 1 was not aggregated in 2 attempts "
+                     r"\(fewer than the quorum of 4 uploads"):
+    deployed(faults={2: "shape@1"}, round_attempts=2, min_fit_clients=-1)  # all of them
+
+
+def test_the_default_quorum_is_half_of_the_clients_sent_a_message():
+  s = flower.ServerSettings(config="c", workdir="w")
+  assert [s.quorum(n) for n in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
+  assert flower.ServerSettings(config="c", workdir="w", min_fit_clients=-1).quorum(5) == 5
+  assert flower.ServerSettings(config="c", workdir="w", min_fit_clients=2).quorum(5) == 2
 
 
 def test_a_node_posing_as_another_client_is_refused(deployed):
@@ -379,3 +387,51 @@ def test_orphaned_runs_are_stopped_unless_they_finished_meanwhile(tmp_path):
   finished_meanwhile.clear()  # refused, and still running: an error
   with pytest.raises(RuntimeError, match="flwr stop 3 failed"):
     lb.stop_orphaned_runs()
+
+
+def test_robust_aggregation_norm_clipping_and_the_bench(deployed):
+  """Median aggregation over a clipped 1e30-times upload, and a client benched for a
+  round after its bytes were rejected (bench-after 1)."""
+  server, grid, logs = deployed(faults={0: "scaled@1,scaled@2", 3: "zip@1"},
+                                aggregation="median", upload_norm_bound=5.0,
+                                upload_norm_action="clip", bench_after=1, bench_rounds=1,
+                                min_fit_clients=2)
+  text = "\n".join(logs)
+  assert "round 1: client 0's upload clipped: upload norm" in text
+  assert "round 1: client 3 failed: does not decode: array 0: not .npy bytes" in text
+  assert ("round 1: client 3 benched until round 2 (not drawn in rounds 2-2): its uploads "
+          "were rejected 1 rounds running") in text
+  assert "round 2: training 3 of 4 drawn clients (benched: [3])" in text
+  assert not [m for m in grid.sent if m.metadata.dst_node_id == 103
+              and m.metadata.message_type == "train" and m.metadata.group_id == "2"]
+  assert [(r["clients_trained"], r["clients_failed"]) for r in server.rows.rows] == [
+      (3, 1), (3, 0)]
+  leaves = fed_lib.encode(server.node.state.server)
+  assert all(np.all(np.isfinite(a)) and np.max(np.abs(a)) < 1e3 for a in leaves)
+
+
+def test_a_non_finite_server_state_is_neither_adopted_nor_checkpointed(deployed):
+  server, _, _ = deployed()
+  node = server.node
+  before = fed_lib.encode(node.state.server)
+  like = node.upload_like[0]
+  # uploads straight to the aggregate (no check_upload): whatever made the new state
+  # non-finite (an upload, an algorithm's division), it is refused
+  bad = fed_lib.encode(jax.tree.map(lambda s: np.full(s.shape, np.inf, s.dtype), like))
+  with pytest.raises(fed_lib.NonFiniteState, match="holds non-finite values in"):
+    node.aggregate({0: (bad, 40), 1: (bad, 40)})
+  assert all(np.array_equal(a, b) for a, b in zip(fed_lib.encode(node.state.server),
+                                                   before))  # kept
+  steps = node.ckpt.steps()
+  node.state = node.state.replace(server=jax.tree.map(lambda a: a * np.nan,
+                                                       node.state.server))
+  with pytest.raises(fed_lib.NonFiniteState, match="not checkpointed"):
+    node.save({})
+  assert node.ckpt.steps() == steps
+
+
+def test_a_robust_rule_is_refused_where_the_server_does_not_average(deployed, tiny_config):
+  c = tiny_config("fd", "tiny", {"num_clients": 4, "num_rounds": 1})
+  c.runtime.num_devices = 1
+  with pytest.raises(ValueError, match="'fd' takes only 'mean'"):
+    deployed(config=c, aggregation="median")

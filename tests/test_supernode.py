@@ -19,21 +19,25 @@ from flwr.supercore.run import RunNotRunningException  # noqa: E402
 from flwr.supernode import start_client_internal  # noqa: E402
 from flwr.supernode.nodestate import NodeStateFactory  # noqa: E402
 
+from fedjax_het.deploy import private  # noqa: E402
 from fedjax_het.deploy import supernode  # noqa: E402
 
 NODE, RUN = 7, 5
 ORIGINAL = start_client_internal._pull_and_store_message  # pylint: disable=protected-access
 
 
-def pull_once(pull, *, confirm_raises=False, receive_raises=False):
+def pull_once(pull, *, confirm_raises=False, receive_raises=False, deletes=False):
   """One turn of the SuperNode loop's pull on a node that knows run ``RUN``; returns
-  what ``pull`` returns and whether the confirmation was asked for."""
+  what ``pull`` returns and whether the confirmation was asked for. ``deletes``: the
+  stored message is gone from the node's state when the confirmation fails (as where
+  Flower deletes it: a later Flower, or its expiry)."""
   objects = ObjectStoreFactory()
   state, store = NodeStateFactory(objects).state(), objects.store()
   state.set_node_id(NODE)
   state.store_run(Run.create_empty(RUN))  # known: no run or FAB to fetch
   message = Message(RecordDict(), metadata=Metadata(RUN, "", 1, NODE, "", "2", time.time(),
                                                     600.0, "train"))
+  message.metadata.__dict__["_message_id"] = message.object_id  # as the SuperLink sets it
   contents = get_all_nested_objects(message)
   asked = []
 
@@ -44,6 +48,9 @@ def pull_once(pull, *, confirm_raises=False, receive_raises=False):
 
   def confirm(run_id, message_id):
     asked.append((run_id, message_id))
+    assert supernode.still_stored(state, message_id)  # stored before its confirmation
+    if deletes:
+      state.delete_messages(message_ids=[message_id])
     if confirm_raises:
       raise RunNotRunningException
 
@@ -55,9 +62,19 @@ def pull_once(pull, *, confirm_raises=False, receive_raises=False):
 
 
 def test_a_message_stored_before_its_run_stopped_keeps_the_loop_in_step():
-  # Flower 1.42: stored, then None, so that turn of the loop pushes no reply
+  # stored, then None, so that turn of the loop pushes no reply while the stored
+  # message is answered later: the fix returns its run id, so the reply goes out
   assert pull_once(ORIGINAL, confirm_raises=True) == (None, True)
   assert pull_once(supernode.keep_in_step(ORIGINAL), confirm_raises=True) == (RUN, True)
+
+
+def test_a_message_flower_deleted_gets_flowers_none():
+  # deleted: nothing will answer it, and a run id returned for it would have the loop
+  # wait for a reply that never comes
+  assert pull_once(ORIGINAL, confirm_raises=True, deletes=True) == (None, True)
+  assert pull_once(supernode.keep_in_step(ORIGINAL), confirm_raises=True,
+                   deletes=True) == (None, True)
+  assert not supernode.still_stored(object(), "m")  # a state of another layout: Flower's
 
 
 @pytest.mark.parametrize("case", [{}, {"receive_raises": True}], ids=["running", "unpulled"])
@@ -121,6 +138,46 @@ def test_the_clientapp_launcher_runs_flowers_command_without_the_supernodes_impo
   assert helps[0].stdout == helps[1].stdout and "--token" in helps[0].stdout
   assert supernode.clientapp_launcher(str(tmp_path)) == directory  # rewritten in place
   assert os.listdir(directory) == [supernode.CLIENTAPP]
+
+
+def test_the_launchers_folder_is_private_and_a_shared_one_is_refused(tmp_path,
+                                                                     monkeypatch):
+  monkeypatch.setattr(private.tempfile, "tempdir", str(tmp_path))
+  monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+  directory = supernode.clientapp_launcher()  # a new folder of this process
+  assert os.path.dirname(directory) == str(tmp_path)
+  assert os.path.basename(directory).startswith(
+      f"{supernode.LAUNCHER_PREFIX}{os.getuid()}_{os.getpid()}_")
+  assert os.stat(directory).st_mode & 0o777 == 0o700
+  shared = tmp_path / "shared"
+  shared.mkdir()
+  os.chmod(shared, 0o777)  # created first by another user, say
+  with pytest.raises(private.InsecurePath, match="world-writable"):
+    supernode.clientapp_launcher(str(shared))
+  assert os.listdir(shared) == []  # nothing written there
+  environ = {"PATH": "/usr/bin"}
+  line = supernode.use_clientapp_launcher(str(shared), environ)
+  assert "the launcher could not be written: refusing" in line  # one line; Flower's runs
+  assert environ == {"PATH": "/usr/bin"}
+
+
+def test_the_fork_server_is_off_unless_asked():
+  assert not supernode.parser().parse_known_args(["--superlink", "a:1"])[0].fork_server
+  assert supernode.parser().parse_known_args(["--fork-server"])[0].fork_server
+
+
+def test_an_app_shipping_a_module_the_process_imported_is_refused(tmp_path):
+  in_a_process(
+      "import pathlib, sys; f = s.load_flwr_clientapp(); from flwr.clientapp import utils; "
+      f"d = pathlib.Path({str(tmp_path)!r}); (d / 'fedjax_het').mkdir(); "
+      "(d / 'fedjax_het' / '__init__.py').write_text(''); "
+      "import fedjax_het.deploy.flower\n"
+      "try:\n  utils.load_app('fedjax_het.deploy.flower:client_app', ValueError, d)\n"
+      "  raise SystemExit('loaded')\n"
+      "except ValueError as e:\n  assert 'ships its own' in str(e), e\n"
+      "app = utils.load_app('fedjax_het.deploy.flower:client_app', ValueError, "
+      f"pathlib.Path({str(tmp_path / 'empty')!r}))\n"
+      "assert app is fedjax_het.deploy.flower.client_app")
 
 
 def test_the_launcher_goes_first_on_path_or_flowers_command_runs(tmp_path):

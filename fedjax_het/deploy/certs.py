@@ -8,6 +8,13 @@ P-384 in OpenSSH format, what ``flower-supernode --auth-supernode-private-key`` 
 certificate and never protected by a passphrase: anyone who reads the directory can
 issue certificates the federation trusts. A real deployment gets its certificates from
 its own PKI and generates each SuperNode's key on that SuperNode (docs/deploy.md).
+``make_supernode_tls`` gives one SuperNode a certificate and key of its own for its local
+Runtime API (signed by the same CA), so no SuperNode holds the SuperLink's key.
+
+Every file is written by ``private.write_private`` (a new file opened with ``O_EXCL |
+O_NOFOLLOW``, mode 0600, renamed over the name: an existing file of another mode or a
+symlink is replaced, never written through) into a folder ``private.ensure_private``
+accepts (owned by this user, writable by nobody else).
 """
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.oid import NameOID
+
+from fedjax_het.deploy import private
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1")
 
@@ -42,12 +51,9 @@ class NodeKey:
   public_key: str
 
 
-def _write(path: str, data: bytes, *, private: bool = False) -> str:
-  """Writes ``data`` to ``path`` (mode 0600 for a private key); returns the path."""
-  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-  with os.fdopen(fd, "wb") as f:
-    f.write(data)
-  return path
+def _write(path: str, data: bytes) -> str:
+  """Writes ``data`` to ``path`` (mode 0600, ``private.write_private``); returns it."""
+  return private.write_private(path, data)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -94,8 +100,9 @@ def make_tls(directory: str, hosts: Sequence[str] = LOOPBACK_HOSTS, *,
   """Writes a throwaway CA and a server certificate for ``hosts`` (TESTING ONLY).
 
   Args:
-    directory: created if missing; receives ``ca.crt``, ``ca.key``, ``server.crt``,
-      ``server.key`` (keys unencrypted, mode 0600).
+    directory: created if missing (mode 0700; refused unless private); receives
+      ``ca.crt``, ``ca.key``, ``server.crt``, ``server.key`` (keys unencrypted; every
+      file mode 0600).
     hosts: the names and addresses clients connect to (the certificate's subject
       alternative names); TLS clients check the address they dial against them.
     days: validity.
@@ -106,7 +113,7 @@ def make_tls(directory: str, hosts: Sequence[str] = LOOPBACK_HOSTS, *,
   """
   if not hosts:
     raise ValueError("make_tls needs at least one host name or address")
-  os.makedirs(directory, exist_ok=True)
+  private.ensure_private(directory)
   ca_key = ec.generate_private_key(ec.SECP384R1())
   ca_name = "fedjax-het throwaway test CA"
   ca = _certificate(ca_name, ca_key.public_key(), ca_name, ca_key, days=days, ca=True)
@@ -114,11 +121,11 @@ def make_tls(directory: str, hosts: Sequence[str] = LOOPBACK_HOSTS, *,
   cert = _certificate(hosts[0], key.public_key(), ca_name, ca_key, days=days, ca=False,
                       hosts=hosts)
   path = lambda name: os.path.join(directory, name)
-  _write(path("ca.key"), _pem_key(ca_key), private=True)
+  _write(path("ca.key"), _pem_key(ca_key))
   return TlsFiles(
       ca_cert=_write(path("ca.crt"), ca.public_bytes(serialization.Encoding.PEM)),
       server_cert=_write(path("server.crt"), cert.public_bytes(serialization.Encoding.PEM)),
-      server_key=_write(path("server.key"), _pem_key(key), private=True))
+      server_key=_write(path("server.key"), _pem_key(key)))
 
 
 def make_node_key(directory: str, name: str) -> NodeKey:
@@ -129,13 +136,39 @@ def make_node_key(directory: str, name: str) -> NodeKey:
     ``flower-supernode --auth-supernode-private-key``) and ``<name>.pub`` (the public
     key, for ``flwr supernode register``).
   """
-  os.makedirs(directory, exist_ok=True)
+  private.ensure_private(directory)
   key = ec.generate_private_key(ec.SECP384R1())
-  private = key.private_bytes(serialization.Encoding.PEM,
+  secret = key.private_bytes(serialization.Encoding.PEM,
                               serialization.PrivateFormat.OpenSSH,
                               serialization.NoEncryption())
   public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                          serialization.PublicFormat.OpenSSH)
   base = os.path.join(directory, name)
-  return NodeKey(_write(base, private, private=True),
-                 _write(base + ".pub", public + f" {name}\n".encode()))
+  return NodeKey(_write(base, secret), _write(base + ".pub", public + f" {name}\n".encode()))
+
+
+def make_supernode_tls(tls: TlsFiles, directory: str, name: str,
+                       hosts: Sequence[str] = LOOPBACK_HOSTS, *, days: int = 7
+                       ) -> TlsFiles:
+  """A certificate and key of SuperNode ``name``'s own for its local Runtime API (what
+  its ClientApps dial), signed by ``tls``'s CA (its key ``ca.key`` beside
+  ``tls.ca_cert``). TESTING ONLY.
+
+  Returns:
+    ``TlsFiles(ca_cert, <directory>/<name>.crt, <directory>/<name>.key)``: the
+    SuperNode's ``--ssl-ca-certfile``, ``--ssl-certfile`` and ``--ssl-keyfile``.
+  """
+  private.ensure_private(directory)
+  ca_dir = os.path.dirname(tls.ca_cert)
+  with open(os.path.join(ca_dir, "ca.key"), "rb") as f:
+    ca_key = serialization.load_pem_private_key(f.read(), None)
+  with open(tls.ca_cert, "rb") as f:
+    ca = x509.load_pem_x509_certificate(f.read())
+  issuer = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+  key = ec.generate_private_key(ec.SECP384R1())
+  cert = _certificate(hosts[0], key.public_key(), issuer, ca_key, days=days, ca=False,
+                      hosts=hosts)
+  base = os.path.join(directory, name)
+  return TlsFiles(tls.ca_cert, _write(base + ".crt",
+                                      cert.public_bytes(serialization.Encoding.PEM)),
+                  _write(base + ".key", _pem_key(key)))

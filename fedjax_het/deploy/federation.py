@@ -273,6 +273,20 @@ class UploadRejected(ValueError):
   """An upload the server refuses: the sending client's failure for the round."""
 
 
+class NonFiniteState(ValueError):
+  """A server state holding a non-finite value: never adopted, never checkpointed."""
+
+
+def non_finite_leaves(tree: PyTree) -> list[str]:
+  """Paths of the floating-point leaves of ``tree`` holding a NaN or an infinity."""
+  out = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    a = np.asarray(leaf)
+    if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
+      out.append(jax.tree_util.keystr(path))
+  return out
+
+
 @dataclasses.dataclass(frozen=True)
 class ArrayHeader:
   """What a transport says about one received array before it is decoded.
@@ -339,7 +353,7 @@ def check_upload(client_id: int, claimed_id: Any, headers: Sequence[ArrayHeader]
                            f"{np.dtype(ref.dtype).name}{list(ref.shape)}")
   try:
     tree = decode(load(), like)
-  except ValueError as err:
+  except Exception as err:  # pylint: disable=broad-exception-caught  (a hostile reply's)
     raise UploadRejected(f"does not decode: {err}") from err
   for k, a in enumerate(jax.tree.leaves(tree)):
     if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
@@ -636,11 +650,24 @@ class ServerNode:
     _, train_key = base.keys_of_round(self.state.rng, self.state.round)
     server, metrics = self._aggregate(self.state.server, tuple(uploads), tuple(weights),
                                       train_key, self._server_data)
+    bad = non_finite_leaves(server)
+    if bad:
+      raise NonFiniteState(f"the aggregated server state holds non-finite values in "
+                           f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; kept "
+                           "the previous state")
     self.state = self.state.replace(round=self.state.round + 1, server=server)
     return {k: np.asarray(v).tolist() for k, v in metrics.items()}
 
   def save(self, meta: dict) -> None:
-    """Checkpoints the state at the current round with ``meta``."""
+    """Checkpoints the state at the current round with ``meta``.
+
+    Raises:
+      NonFiniteState: the state holds a non-finite value (nothing is written).
+    """
+    bad = non_finite_leaves(self.state.server)
+    if bad:
+      raise NonFiniteState(f"server state of round {self.round} holds non-finite values "
+                           f"in {', '.join(bad[:3])}; not checkpointed")
     self.meta = dict(meta, round=self.round)
     self.ckpt.save(self.round, self.state, self.meta)
 

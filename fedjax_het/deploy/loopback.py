@@ -9,13 +9,24 @@ with its replies after a run stops), submits the Flower App (``flwr run``) and f
 the run, all through Flower's own command-line tools. Everything lives under one
 directory:
 
-  <workdir>/tls/          ca.crt, server.crt, server.key (``certs.make_tls``; TESTING ONLY)
+  <workdir>/tls/          ca.crt, ca.key, server.crt, server.key (``certs.make_tls``;
+                          TESTING ONLY)
+  <workdir>/tls/nodes/    <name>.crt, <name>.key: each SuperNode's own certificate for
+                          its local Runtime API (``certs.make_supernode_tls``)
   <workdir>/keys/         client-<k>, client-<k>.pub (``certs.make_node_key``)
   <workdir>/flwr_home/    $FLWR_HOME of every process: the CLI's connection, installed apps
   <workdir>/superlink.db  the SuperLink's state
   <workdir>/logs/         one log per process (flwr-cli.log: the flwr commands' fork server)
   <workdir>/server/       the ServerApp's outputs (``ServerSettings.workdir``)
   <workdir>/client<k>/    client k's state, data cache and compiled programs
+
+Every folder above is created with mode 0700 and refused, with one line, unless it is
+owned by this user and writable by nobody else (``private.ensure_private``), and every
+key and certificate is written with mode 0600 (``private.write_private``). The
+SuperNodes fork their ClientApps from a fork server (``--fork-server``), and the
+``flwr`` commands come from one too. Paths in ``env`` (``FEDJAX_HET_DATA``,
+``FEDJAX_HET_DATA_CACHE``) and a client's ``data_path`` are made absolute first: every
+process runs in ``workdir``.
 
 ``experiments/flower_federation.py`` is its command line; tests/test_deploy_flower.py
 drives it directly. Insecure mode (no TLS, no authentication) exists for debugging only
@@ -36,12 +47,15 @@ from typing import Callable, Mapping
 
 from fedjax_het.deploy import certs
 from fedjax_het.deploy import forkserver
+from fedjax_het.deploy import private
 
 APP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flower_app")
 CONNECTION = "fedjax-loopback"  # the flwr CLI's name for this SuperLink
 # seconds a SuperNode waits between pulls that found no message (Flower's own: 3 s; on
 # one machine a pull costs next to nothing)
 POLL_INTERVAL = 0.5
+# environment variables holding paths, made absolute before any process starts
+PATH_VARIABLES = ("FEDJAX_HET_DATA", "FEDJAX_HET_DATA_CACHE")
 FINISHED = "finished"  # run statuses start with it: finished:completed, finished:failed
 INSECURE_BANNER = (
     "WARNING: INSECURE MODE. Every connection (SuperLink <-> SuperNodes, flwr CLI <-> "
@@ -103,6 +117,7 @@ class Loopback:
     self.registered: set[str] = set()  # names registered by this object
     self._cli_server = None  # (the flwr CLI's fork server, its environment): ``flwr``
     bindir = os.path.dirname(sys.executable)  # flower-superexec & co. are found on PATH
+    private.ensure_private(self.workdir)
     self.env = dict(os.environ, **(env or {}), FLWR_HOME=self.path("flwr_home"),
                     FLWR_TELEMETRY_ENABLED="0", FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.2",
                     PYTHONUNBUFFERED="1",
@@ -110,9 +125,12 @@ class Loopback:
     self.env["PYTHONPATH"] = os.pathsep.join(
         p for p in (os.path.abspath(import_dir or os.getcwd()),
                     self.env.get("PYTHONPATH", "")) if p)
+    for name in PATH_VARIABLES:  # every process runs in workdir
+      if self.env.get(name):
+        self.env[name] = os.path.abspath(self.env[name])
     self.bin = lambda name: os.path.join(bindir, name)
     for d in ("logs", "flwr_home", "keys"):
-      os.makedirs(self.path(d), exist_ok=True)
+      private.ensure_private(self.path(d))
     self.tls = None if insecure else self._tls()
     self._write_connection()
     if insecure:
@@ -256,21 +274,32 @@ class Loopback:
     """Starts a SuperNode with node config ``values``, authenticating with ``key``
     (None: the key registered as ``name``, registered now if needed)."""
     args = [sys.executable, "-m", "fedjax_het.deploy.supernode", "--poll-interval",
-            str(POLL_INTERVAL), "--superlink", f"127.0.0.1:{self.port}",
+            str(POLL_INTERVAL), "--fork-server", "--superlink", f"127.0.0.1:{self.port}",
             "--port", str(free_port()), "--node-config", node_config(values)]
     if self.insecure:
       args.append("--insecure")
     else:
       key = key or self.register(name)
-      tls = self.tls
-      args += ["--root-certificates", tls.ca_cert, "--auth-supernode-private-key",
-               key.private_key, "--ssl-certfile", tls.server_cert, "--ssl-keyfile",
-               tls.server_key, "--ssl-ca-certfile", tls.ca_cert]
+      own = self.supernode_tls(name)  # its own, not the SuperLink's key
+      args += ["--root-certificates", self.tls.ca_cert, "--auth-supernode-private-key",
+               key.private_key, "--ssl-certfile", own.server_cert, "--ssl-keyfile",
+               own.server_key, "--ssl-ca-certfile", own.ca_cert]
     return self._start(name, args)
+
+  def supernode_tls(self, name: str) -> certs.TlsFiles:
+    """SuperNode ``name``'s own certificate and key for its local Runtime API (made
+    once, signed by this federation's CA)."""
+    files = certs.TlsFiles(self.tls.ca_cert, self.path("tls", "nodes", f"{name}.crt"),
+                           self.path("tls", "nodes", f"{name}.key"))
+    if os.path.exists(files.server_cert) and os.path.exists(files.server_key):
+      return files
+    return certs.make_supernode_tls(self.tls, self.path("tls", "nodes"), name)
 
   def start_client(self, client_id: int, *, data_path: str = "", fault: str = ""
                    ) -> subprocess.Popen:
-    """Client ``client_id``'s SuperNode (state under ``<workdir>/client<k>``)."""
+    """Client ``client_id``'s SuperNode (state under ``<workdir>/client<k>``; a relative
+    ``data_path`` is taken from this process's working directory)."""
+    data_path = os.path.abspath(data_path) if data_path else ""
     values = {"client-id": client_id, "workdir": self.path(f"client{client_id}")}
     values.update({k: v for k, v in (("data-path", data_path), ("fault", fault)) if v})
     return self.start_supernode(f"client-{client_id}", values)

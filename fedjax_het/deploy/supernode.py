@@ -32,7 +32,7 @@ function of Flower, ``flwr_clientapp``, without that package ``__init__``
 (``load_flwr_clientapp``); where the launcher cannot be written, or this Flower's layout
 differs from 1.42's, Flower's command runs (``use_clientapp_launcher``; the SuperNode's
 second log line says which). The launcher asks the SuperNode's fork server
-(``fedjax_het.deploy.forkserver``, started by ``main`` unless ``--no-fork-server``;
+(``fedjax_het.deploy.forkserver``, started by ``main`` with ``--fork-server``, off by default;
 third log line) to fork the ClientApp from a process that imported it already, and
 runs it itself where none answers.
 
@@ -42,12 +42,14 @@ fork server the standard library).
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
-import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -55,6 +57,7 @@ import types
 from typing import Callable
 
 from fedjax_het.deploy import forkserver
+from fedjax_het.deploy import private
 
 # the parameter the fix wraps: a Flower whose pull has none is left as it is
 CONFIRM = "confirm_message_received"
@@ -69,11 +72,25 @@ QUICK_CLIENTAPP = ("fedjax_het.deploy.supernode: ClientApps start as Flower's "
 FLOWERS_CLIENTAPP = f"fedjax_het.deploy.supernode: ClientApps start as Flower's {CLIENTAPP}"
 # what the fork server imports before its first ClientApp: the Flower App's components
 PRELOAD = ("fedjax_het.deploy.flower",)
+LAUNCHER_PREFIX = "fedjax_het_clientapp_"  # + uid_pid_random: ``private.private_dir``
+
+
+def still_stored(state, message_id: str) -> bool:
+  """Whether Flower's node ``state`` still holds message ``message_id`` (read without
+  marking it retrieved); False where the state is not Flower 1.42's in-memory one."""
+  store, lock = getattr(state, "msg_store", None), getattr(state, "lock_msg_store", None)
+  if not isinstance(store, dict) or lock is None:
+    return False
+  with lock:
+    return message_id in store
 
 
 def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int | None]:
   """``_pull_and_store_message`` returning the run id of a message stored before its run
-  was found stopped (where Flower 1.42 returns None); otherwise unchanged."""
+  was found stopped, while the node's state still holds that message (where Flower
+  returns None, a reply would then go out one turn late); otherwise, and where Flower
+  deleted the message (nothing will answer it, so the loop must not wait for a reply),
+  what Flower returns."""
   from flwr.supercore.run import RunNotRunningException  # pylint: disable=import-outside-toplevel
 
   @functools.wraps(pull_and_store)
@@ -84,11 +101,14 @@ def keep_in_step(pull_and_store: Callable[..., int | None]) -> Callable[..., int
       try:
         return confirm(run_id, message_id)
       except RunNotRunningException:
-        stopped.append(run_id)  # the message and its objects are stored by now
+        stopped.append((run_id, message_id))  # stored by now; Flower may delete it
         raise
 
     run_id = pull_and_store(*args, **{**kwargs, CONFIRM: confirm_or_note})
-    return stopped[0] if run_id is None and stopped else run_id
+    state = kwargs.get("state", args[0] if args else None)
+    if run_id is None and stopped and still_stored(state, stopped[0][1]):
+      return stopped[0][0]
+    return run_id
 
   return pull
 
@@ -127,7 +147,33 @@ def load_flwr_clientapp() -> Callable[[], None]:
     package.__path__ = [os.path.join(os.path.dirname(spec.origin), "cli")]
     sys.modules[name] = package
   from flwr.supernode.cli.flwr_clientapp import flwr_clientapp  # pylint: disable=import-outside-toplevel
+  guard_imported_apps()
   return flwr_clientapp
+
+
+def guard_imported_apps() -> None:
+  """Makes Flower's ClientApp loader (``flwr.clientapp.utils.load_app``) refuse an app
+  whose submitted bundle (FAB) ships a module of a package this process imported
+  already (a fork server's child would otherwise run the imported one, not the one
+  submitted): the message fails with ``LoadClientAppError`` saying so. Once."""
+  from flwr.clientapp import utils  # pylint: disable=import-outside-toplevel
+  original = utils.load_app
+  if getattr(original, "guards_imported_apps", False):
+    return
+
+  def load_app(module_attribute_str, error_type, project_dir=None):
+    top = str(module_attribute_str).partition(":")[0].split(".")[0]
+    if top in sys.modules and project_dir and importlib.machinery.PathFinder.find_spec(
+        top, [str(project_dir)]) is not None:
+      raise error_type(
+          f"the submitted app ships its own {top!r} (in {project_dir}), which differs "
+          f"from the {top!r} this ClientApp's process imported "
+          f"({getattr(sys.modules[top], '__file__', '?')}); refused. Start the SuperNode "
+          "without --fork-server and install the app's package where it runs")
+    return original(module_attribute_str, error_type, project_dir)
+
+  load_app.guards_imported_apps = True
+  utils.load_app = load_app
 
 
 def flowers_command_found() -> bool:
@@ -150,17 +196,23 @@ def clientapp_launcher(directory: str | None = None) -> str:
   """Writes ``<directory>/flwr-clientapp`` (``clientapp_main`` under this interpreter).
 
   Args:
-    directory: where; default a folder of the temporary directory named by the user
-      and this interpreter, rewritten (atomically) at every SuperNode start.
+    directory: where (created with mode 0700, and refused unless private to this user:
+      ``private.ensure_private``); default a new private folder of this process
+      (``private.private_dir``: ``$XDG_RUNTIME_DIR`` or the temporary directory, an
+      unguessable name), removed at exit, the folders of SuperNodes that are gone
+      removed first.
 
   Returns:
     the directory, to put first on ``PATH``.
+
+  Raises:
+    private.InsecurePath: ``directory`` exists and another user could write to it.
   """
   if directory is None:
-    digest = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    directory = os.path.join(tempfile.gettempdir(),
-                             f"fedjax_het_clientapp_{os.getuid()}_{digest}")
-  os.makedirs(directory, exist_ok=True)
+    private.remove_stale(LAUNCHER_PREFIX)
+    directory = private.private_dir(LAUNCHER_PREFIX)
+    atexit.register(shutil.rmtree, directory, True)
+  private.ensure_private(directory)
   path = os.path.join(directory, CLIENTAPP)
   fd, temporary = tempfile.mkstemp(dir=directory)
   with os.fdopen(fd, "w") as f:
@@ -190,21 +242,27 @@ def use_clientapp_launcher(directory: str | None = None, environ=None) -> str:
 
 
 def wants_fork_server(asked: bool, launcher: str, flowers: list[str]) -> bool:
-  """Whether ``main`` starts a fork server: asked (not ``--no-fork-server``), ClientApps
+  """Whether ``main`` starts a fork server: asked (``--fork-server``), ClientApps
   start through the launcher (``launcher``: ``use_clientapp_launcher``'s line) and
   Flower's flags (``flowers``) start a SuperNode (not ``--help`` nor ``--version``)."""
   return (asked and launcher.startswith(QUICK_CLIENTAPP)
           and not {"-h", "--help", "-V", "--version"} & set(flowers))
 
 
+def parser() -> argparse.ArgumentParser:
+  """The flags of ours, before Flower's: ``--poll-interval``, ``--fork-server``."""
+  out = argparse.ArgumentParser(add_help=False)
+  out.add_argument("--poll-interval", type=float, default=None)
+  out.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=False)
+  return out
+
+
 def main(argv: list[str] | None = None) -> None:
   """``flower-supernode`` with ``patch`` applied (and ``--poll-interval``), its
   ClientApps started by ``clientapp_launcher``'s command, forked from a fork server
-  (``forkserver.start``) unless ``--no-fork-server``."""
-  parser = argparse.ArgumentParser(add_help=False)
-  parser.add_argument("--poll-interval", type=float, default=None)
-  parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True)
-  ours, flowers = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+  (``forkserver.start``) with ``--fork-server`` (off by default: a real SuperNode starts
+  every ClientApp afresh; ``fedjax_het.deploy.loopback`` turns it on)."""
+  ours, flowers = parser().parse_known_args(sys.argv[1:] if argv is None else argv)
   launcher = use_clientapp_launcher()
   server = None
   if wants_fork_server(ours.fork_server, launcher, flowers):
