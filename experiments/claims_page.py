@@ -24,7 +24,8 @@ RESULTS = flags.DEFINE_string("results", "results",
 OUT = flags.DEFINE_string("out", "docs/claims.md", "The Markdown page to write.")
 LEDGER = flags.DEFINE_string("ledger", os.path.join(os.path.dirname(__file__), "claims",
                                                     "ledger.py"),
-                             "The ledger file (ABOUT, CLAIMS and NOT_TESTED).")
+                             "The ledger file (ABOUT, CLAIMS and NOT_TESTED; "
+                             "optionally SIDE_BY_SIDE).")
 FIGURES = flags.DEFINE_string("figures", "",
                               "Where the figures go (default <results>/claims/figures).")
 GATES = flags.DEFINE_bool("gates", True, "Write gates.json beside each finished run of a "
@@ -48,7 +49,8 @@ def main(argv):
         figures_dir=FIGURES.value or os.path.join(RESULTS.value, "claims", "figures"),
         results=RESULTS.value, notes=ledger.NOT_TESTED, about=ledger.ABOUT,
         command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-        failures=claim_runs.load_failures(RESULTS.value, ledger.CLAIMS))
+        failures=claim_runs.load_failures(RESULTS.value, ledger.CLAIMS),
+        side_by_side=getattr(ledger, "SIDE_BY_SIDE", ()))
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   tables.write_text(OUT.value, text)

@@ -11,7 +11,8 @@ local prototypes from the features of the training batches
 (``algo.prototypes_from='during_training'``, HtFLlib) and a table of this round's
 classes only (``algo.prototype_memory=False``, HtFLlib); and our FedProto with only the
 rule changed to the client's own classes (the same training as P1's runs). P1's 2/10
-cell, its seeds and partitions, paired with P1's runs.
+cell, its seeds and partitions, paired with P1's runs (``:cifar100``: 10 of 100 classes,
+not run).
 
   python experiments/sweep.py --sweep=experiments/claims/fedproto_reference.py \
       --sweep_dir=results/claims/fedproto_reference --budget_min=60
@@ -28,12 +29,12 @@ protocol = config_files.load_module(
 
 REFERENCE = {"algo.prototype_classes": "own", "algo.prototype_weighting": "clients",
              "algo.prototypes_from": "during_training", "algo.prototype_memory": False}
-SETTING = "references' choices, 2 classes"
-OWN_RULE = "own-class rule, 2 classes"
+SETTING = "references' choices, {} classes"
+OWN_RULE = "own-class rule, {} classes"
 
 
 def get_config(arg=None):
+  _, classes = protocol.dataset(arg)  # the papers' classes per client: 2 of 10, 10 of 100
   return protocol.sweep(["fedproto"], {
-      SETTING: {**REFERENCE, "partition.classes_per_client": 2},
-      OWN_RULE: {"algo.prototype_classes": "own", "partition.classes_per_client": 2}},
-      arg=arg)
+      SETTING.format(classes): REFERENCE,
+      OWN_RULE.format(classes): {"algo.prototype_classes": "own"}}, arg=arg)

@@ -337,7 +337,58 @@ FEDPROTO_INFERENCE = [
     for k in (2, 4, 6, 8, 10)
 ]
 
+# FedProto with the reference implementations' choices (experiments/claims/
+# fedproto_reference.py; docs/fidelity.md, "FedProto at the N=100 cut"): P1's and M5's
+# 2/10 rows against it, paired by seed with P1's runs
+FEDPROTO_REFERENCE = "fedproto_reference", "fedproto"
+REFERENCE_SETTINGS = (
+    ("the references' choices", "references' choices, 2 classes",
+     "FedProto's code's rule over the client's own classes, each client once in a "
+     "prototype, prototypes from the training batches, this round's table only"),
+    ("the own-class rule", "own-class rule, 2 classes",
+     "our FedProto (P1's training) predicting by the nearest prototype of the client's "
+     "own classes, as FedProto's code does"))
+
+
+def against_reference(claim: str, method: str, paper: str, label: str, setting: str,
+                      what: str) -> Claim:
+  """``method`` (P1's run) at 2/10 against FedProto with a reference's choices."""
+  a = n100("p1_classes", method, "2 classes")
+  b = n100(*FEDPROTO_REFERENCE, setting)
+  return Claim(f"{claim} 2/10, FedProto with {label}", paper, None,
+               f"{N100}, 2/10 classes, FedProto with {label}: {what}", a, b, (T,),
+               files(a, b))
+
+
+P1_PAPER = "pFedMoE Fig. 7: FedMoE above FedProto as classes per client rise (N=100, C=10%)"
+M5_PAPER = "FedMRL Sec. 5.3.1: above FedProto across class counts"
+FEDPROTO_REFERENCE_ROWS = [
+    against_reference(claim, method, paper, label, setting, what)
+    for claim, method, paper in (("P1", "fedmoe", P1_PAPER), ("M5", "fedmrl", M5_PAPER))
+    for label, setting, what in REFERENCE_SETTINGS
+]
+
 CLAIMS = (HEADLINE + COSTS + GATES + FIDELITY + PER_CLIENT + NON_IID + ABLATIONS + BASELINES
-          + FEDPROTO_INFERENCE)
+          + FEDPROTO_INFERENCE + FEDPROTO_REFERENCE_ROWS)
+
+# The page's opening: P1, P2 and M5 against each FedProto, a sentence each
+# (claims_page.side_by_side_lines)
+_K = (2, 4, 6, 8, 10)
+_GAMMAS = (0.1, 0.2, 0.3, 0.4, 0.5)
+_REF = [f"{{}} 2/10, FedProto with {label}" for label, _, _ in REFERENCE_SETTINGS]
+SIDE_BY_SIDE = [
+    ("P1", "FedMoE above FedProto at 2-10 of 10 classes per client",
+     [("FedProto's prototype rule", [f"P1 {k}/10" for k in _K]),
+      ("FedProto's own header", [f"P1 {k}/10, FedProto's own header" for k in _K]),
+      ("FedProto with the references' choices", [r.format("P1") for r in _REF])]),
+    ("P2", "FedMoE above FedProto at Dirichlet(gamma) shares",
+     [("FedProto's prototype rule", [f"P2 gamma={g}" for g in _GAMMAS]),
+      ("FedProto's own header (not run at P2's settings)", [])]),
+    ("M5", "FedMRL above FedProto across class counts and Dirichlet skews",
+     [("FedProto's prototype rule", [f"M5 {k}/10" for k in _K]
+       + [f"M5 gamma={g}" for g in _GAMMAS]),
+      ("FedProto's own header", [f"M5 {k}/10, FedProto's own header" for k in _K]),
+      ("FedProto with the references' choices", [r.format("M5") for r in _REF])]),
+]
 
 NOT_TESTED = []

@@ -92,6 +92,10 @@ class Claim:
     target: a ``'target'`` claim's accuracy (a fraction in (0, 1]).
     measure: a ``'target'`` claim's cost, or what a ``'gates'`` claim's weights differ
       across (``MEASURES``).
+    floor: an accuracy (a fraction in [0, 1)) a side of a ``'paired'`` or ``'clients'``
+      comparison must end above for a verdict, where it is higher than the chance level
+      of the side's clients' own label sets (``verdicts.side_floor``); None: that
+      chance level alone.
   """
   id: str
   paper: str
@@ -106,8 +110,12 @@ class Claim:
   headline: str = ""
   target: float | None = None
   measure: str = ""
+  floor: float | None = None
 
   def __post_init__(self):
+    if self.floor is not None and not 0 <= self.floor < 1:
+      raise ValueError(f"claim {self.id}: floor must be a fraction in [0, 1); "
+                       f"got {self.floor!r}")
     if self.test not in TESTS:
       raise ValueError(f"claim {self.id}: test={self.test!r} is not one of {TESTS}")
     if self.test == "target":

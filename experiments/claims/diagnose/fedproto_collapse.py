@@ -18,7 +18,7 @@ test split:
 - the two terms of the local loss on the client's training data (cross-entropy and
   ``lamda`` x the prototype MSE).
 
-  python experiments/claims/fedproto_collapse.py \
+  python experiments/claims/diagnose/fedproto_collapse.py \
       --workdir=<a FedProto run with checkpoints> --out=results/claims/fedproto_collapse/<name>.json
 
 The data must be where the run read it (``FEDJAX_HET_DATA``).
@@ -36,8 +36,8 @@ import numpy as np
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
 
 from fedjax_het import clients as cl  # noqa: E402
 from fedjax_het import models  # noqa: E402
