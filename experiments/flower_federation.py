@@ -34,17 +34,34 @@ _ROUND_TIMEOUT = flags.DEFINE_float("round_timeout", 600, "Seconds a round waits
 _STARTUP_TIMEOUT = flags.DEFINE_float("startup_timeout", 600, "Seconds to wait for all "
                                       "clients before round 1.")
 _MIN_FIT = flags.DEFINE_integer("min_fit_clients", 0, "Uploads needed to aggregate a "
-                                "round (0: every drawn client).")
+                                "round (0: half the clients sent the round's message, "
+                                "rounded up; -1: all of them).")
 _MIN_AVAILABLE = flags.DEFINE_integer("min_available_clients", 0, "Connected clients "
                                       "needed to start a round after the first (0: "
                                       "min_fit_clients).")
 _STRAGGLER = flags.DEFINE_float("straggler_timeout", 0, "Once min_fit_clients uploads "
                                  "are in, seconds a round still waits for the others "
                                  "(0: until round_timeout).")
+_NORM = flags.DEFINE_float("upload_norm_bound", 0, "Bound every upload's L2 norm by this "
+                           "times the round's lower-median norm (0: no bound).")
+_NORM_ACTION = flags.DEFINE_enum("upload_norm_action", "reject", ["reject", "clip"],
+                                 "What happens to an upload over the norm bound.")
+_AGGREGATION = flags.DEFINE_enum("aggregation", "mean", ["mean", "median", "trimmed-mean"],
+                                 "The server's rule, for the algorithms that average "
+                                 "parameters (fedavg, fedmrl, fedmoe, lg_fedavg, fml, "
+                                 "fedapen).")
+_TRIM = flags.DEFINE_float("trim_fraction", 0.1, "Fraction cut at each end by "
+                           "trimmed-mean.")
+_BENCH_AFTER = flags.DEFINE_integer("bench_after", 3, "Rejected rounds running after which "
+                                    "a client is not drawn for --bench_rounds rounds (0: "
+                                    "never).")
+_BENCH_ROUNDS = flags.DEFINE_integer("bench_rounds", 3, "Rounds a benched client sits out.")
 _FRESH = flags.DEFINE_bool("fresh_start", False, "Discard a previous run's checkpoints "
                            "and metrics in <workdir>/server.")
 _FAULTS = flags.DEFINE_multi_string("fault", [], "Fault drill 'client:kind@round' (kinds: "
-                                    "kill, hang, nan, oversize, shape, impersonate).")
+                                    "kill, hang, impersonate; malformed uploads: nan, "
+                                    "oversize, shape, torch, zip, overlong, huge, "
+                                    "truncated, dtype, scaled).")
 _TIMEOUT = flags.DEFINE_float("timeout", 24 * 3600, "Seconds to wait for the run.")
 flags.mark_flags_as_required(["config", "workdir"])
 PATH_KEYS = ("data.path", "partition.path")  # = fedjax_het.deploy.settings.PATH_KEYS
@@ -89,6 +106,8 @@ def main(argv):
       flower.parse_faults(fault)
       faults[int(client)] = fault
     federation.prepare_federation(config)  # every config and data error before starting
+    from fedjax_het.deploy import robust  # Flower: an optional extra
+    robust.check_rule(_AGGREGATION.value, config.algorithm)
   except (ValueError, FileNotFoundError) as err:
     cli.fail(err)
   workdir = os.path.abspath(_WORKDIR.value)
@@ -102,12 +121,19 @@ def main(argv):
                 "min-fit-clients": _MIN_FIT.value,
                 "min-available-clients": _MIN_AVAILABLE.value,
                 "straggler-timeout": _STRAGGLER.value,
-                "fresh-start": _FRESH.value}
+                "fresh-start": _FRESH.value,
+                "upload-norm-bound": _NORM.value,
+                "upload-norm-action": _NORM_ACTION.value,
+                "aggregation": _AGGREGATION.value, "trim-fraction": _TRIM.value,
+                "bench-after": _BENCH_AFTER.value, "bench-rounds": _BENCH_ROUNDS.value}
   log = lambda s: print(s, flush=True)
   # SIGTERM (Ctrl-C too) unwinds through Loopback's exit, which stops every process
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-  with loopback.Loopback(workdir, port=_PORT.value, insecure=_INSECURE.value,
-                         log=log) as fed:
+  try:
+    fed = loopback.Loopback(workdir, port=_PORT.value, insecure=_INSECURE.value, log=log)
+  except OSError as err:  # a folder another user could control (private.InsecurePath)
+    cli.fail(err)
+  with fed:
     fed.start_superlink()
     fed.start_clients(range(config.num_clients), faults=faults)
     log(f"federation: SuperLink on 127.0.0.1:{_PORT.value} "
