@@ -75,8 +75,8 @@ MUTATIONS = (
              'return large if inference == "mix-large" else small',
              'return small if inference == "mix-large" else large', EQ_MRL),
     Mutation("fedmrl: inference with the client's own theta", A + "fedmrl.py",
-             'params = dict(client.params, **{"global": theta})  # latest theta',
-             "params = dict(client.params)", EQ_MRL),
+             'params = dict(client.params, **{"global": theta})  # latest theta, as the '
+             "reference", "params = dict(client.params)", EQ_MRL),
     # ---- FedMoE
     Mutation("fedmoe: gate weights swapped between the experts", A + "fedmoe.py",
              "mixed = w[:, :1] * rep_g + w[:, 1:] * rep_f",

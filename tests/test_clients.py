@@ -128,8 +128,19 @@ def test_local_train_counts_steps_and_moves_params():
                        jnp.array([1, 2, 3, 0], jnp.int32), jnp.array([1, 1, 1, 0], bool),
                        jax.random.PRNGKey(0), epochs=3, batch_size=2)
   assert int(res.steps) == 6  # ceil(3 / 2) steps x 3 epochs
-  assert float(res.params["w"]) != 0.5
   assert np.isfinite(float(res.loss))
+  # one batch of all 3 examples per epoch: 3 steps of full-batch gradient descent on
+  # mean_i (c_i w - y_i)^2, c_i the mean of example i's normalized pixels, by hand
+  full = cl.local_train(_linear_loss, opt, params, None, opt.init(params), x, y,
+                        jnp.array([1, 2, 3, 0], jnp.int32), jnp.array([1, 1, 1, 0], bool),
+                        jax.random.PRNGKey(0), epochs=3, batch_size=4)
+  mean, std = np.array([0.4914, 0.4822, 0.4465]), np.array([0.2470, 0.2435, 0.2616])
+  c = np.array([np.mean((40 * i / 255 - mean) / std) for i in (1, 2, 3)])
+  w = 0.5
+  for _ in range(3):
+    w -= 0.1 * np.mean(2 * c * (c * w - np.array([1, 2, 3])))
+  assert int(full.steps) == 3
+  np.testing.assert_allclose(float(full.params["w"]), w, rtol=1e-4)
 
 
 def test_drop_last_masks_the_partial_batch():
