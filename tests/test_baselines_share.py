@@ -1,6 +1,7 @@
 """LG-FedAvg, FD and FedProto: what clients send, per-class aggregation, rounds, runs."""
 import json
 
+import by_hand
 import chex
 import jax
 import jax.numpy as jnp
@@ -103,15 +104,20 @@ def test_nearest_prototype_ignores_invalid_classes():
   np.testing.assert_array_equal(jnp.argmax(scores, -1), [2, 1])
 
 
-@pytest.mark.parametrize("name,algo", [("lg_fedavg", {}), ("fd", {"algo.distill": "mse"}),
-                                       ("fedproto", {})])
+# LG-FedAvg with every client, so that after round 1 the global header is the mean of
+# every client's trained header weighted by its train examples, counted from the
+# partition's tables (not handed in)
+@pytest.mark.parametrize("name,algo", [("lg_fedavg", {"participation": 1.0}),
+                                       ("fd", {"algo.distill": "mse"}), ("fedproto", {})])
 def test_round_compiles_once_and_is_finite(tiny_config, name, algo):
-  exp = experiment.prepare(tiny_config(name, "tiny", dict(algo, participation=0.5)))
+  exp = experiment.prepare(tiny_config(name, "tiny", dict({"participation": 0.5}, **algo)))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
   init = program.compile_fns(exp).init
   state = init(jax.random.PRNGKey(0))
-  for _ in range(2):
+  for r in range(2):
     state, metrics = round_fn(state, exp.data)
+    if name == "lg_fedavg" and r == 0:
+      by_hand.assert_weighted_by_counts(exp, state, lambda c: c.params["header"])
   assert int(state.round) == 2
   assert_server_holds_no_client_leaf(state)
   for v in jax.tree.leaves(metrics):
