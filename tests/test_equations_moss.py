@@ -116,6 +116,17 @@ def test_naive_aggregation_is_file_weighted_means_and_slice_copies():
   assert_close(new["types"][1], slice_copy(proxy, w1), rtol=1e-5, atol=1e-6)
   for g in range(2):  # the downlink of a type is its new model
     assert_close(proto.downlink(new, g), new["types"][g], 0, 0)
+  assert new["wire"] == ()  # the naive mapping keeps no WIRE state
+  # the ablation aggregation='uniform': a = (1/2, 1/2) whatever the fidelities
+  uniform = moss_lib.moss(runtime(archs=("tiny", "tiny2"), clients=(2, 1)),
+                          learning_rate=0.1, mapping="naive", aggregation="uniform",
+                          public_size=8).protocol
+  new, metrics = jax.jit(uniform.aggregate)(server, stacked, tuple(counts),
+                                            jax.random.PRNGKey(1), x)
+  np.testing.assert_allclose(metrics["file_weights"], [0.5, 0.5])
+  np.testing.assert_allclose(metrics["fidelity"], fid, rtol=1e-5, atol=1e-6)
+  assert_close(new["proxy"], jax.tree.map(lambda u, v: (u + v) / 2, *proxies), rtol=1e-5,
+               atol=1e-6)
 
 
 # ---------------------------------------------------------------- WIRE on toy pairs

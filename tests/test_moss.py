@@ -164,21 +164,6 @@ def test_round_compiles_once_sends_the_device_model_and_learns(tiny_config):
   by_hand.assert_learned(exp, counts)
 
 
-def test_naive_mapping_uniform_aggregation(tiny_config):
-  c = tiny_config("moss", models="tiny,tiny2", overrides={
-      "data.public": 16, "algo.public_size": 16, "algo.mapping": "naive",
-      "algo.aggregation": "uniform"})
-  exp = experiment.prepare(c)
-  init = program.compile_fns(exp).init
-  state, m = jax.jit(exp.algorithm.round)(init(jax.random.PRNGKey(0)), exp.data)
-  np.testing.assert_allclose(m["file_weights"], [0.5, 0.5])
-  assert state.server["wire"] == ()
-  # HeteroFL-style copy: conv1 has one shape in every tiny arch, so it equals the proxy's
-  for g in range(2):
-    np.testing.assert_allclose(state.server["types"][g]["extractor"]["conv1"]["kernel"],
-                               state.server["proxy"]["extractor"]["conv1"]["kernel"])
-
-
 def test_moss_without_a_held_out_public_set_is_refused_before_data(tiny_config):
   from fedjax_het import validation
   with pytest.raises(ValueError, match=r"data.public=0 is invalid: Moss needs a public set"):

@@ -29,7 +29,7 @@ SHRINK = {
     "fedmoe": ["--config.algo.global_arch=tiny", "--config.algo.gating_hidden=8"],
     # two device types, so FILE weighs two proxies; the server carries WIRE's meta-networks,
     # their Adam state and regressors across the kills
-    "moss": ["--config.models=tiny,tiny2", "--config.algo.wire_layers=conv2,rep"],
+    "moss": ["--config.models=tiny,tiny2", "--config.algo.wire_layers=rep"],
 }
 
 
