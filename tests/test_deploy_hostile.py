@@ -281,3 +281,41 @@ def test_runtime_base_is_xdg_runtime_dir_only_when_private(tmp_path, monkeypatch
   assert private.runtime_base() == str(xdg)
   os.chmod(xdg, 0o777)
   assert private.runtime_base() != str(xdg)
+
+
+def test_a_client_or_server_workdir_another_user_could_write_is_refused(tmp_path,
+                                                                       tiny_config):
+  import json
+
+  from fedjax_het.deploy import settings as settings_lib
+  shared = tmp_path / "shared"
+  shared.mkdir()
+  os.chmod(shared, 0o777)
+  c = tiny_config("fedavg", "tiny", {"num_clients": 2})
+  node = settings_lib.NodeSettings(client_id=0, workdir=str(shared))
+  with pytest.raises(private.InsecurePath, match="world-writable"):
+    client.open_client(node, json.dumps(c.to_dict()))
+  assert os.listdir(shared) == []  # refused before anything was written
+
+
+def test_relative_path_overrides_are_made_absolute(tmp_path):
+  from fedjax_het.deploy import settings as settings_lib
+  argv = ["x", "--config.data.path=data/c.npz", "--config.partition.path=/abs/p.npz",
+          "--config.num_clients=3"]
+  assert settings_lib.parse_overrides(settings_lib.overrides_of(argv, cwd=str(tmp_path))) == {
+      "data.path": str(tmp_path / "data" / "c.npz"), "partition.path": "/abs/p.npz",
+      "num_clients": "3"}
+
+
+def test_the_loopbacks_processes_get_absolute_data_paths(tmp_path, monkeypatch):
+  """Its processes run in its workdir: a relative FEDJAX_HET_DATA (the README's
+  ``../shared/data``) would name another folder there."""
+  from fedjax_het.deploy import loopback
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv("FEDJAX_HET_DATA_CACHE", "cache")
+  lb = loopback.Loopback(str(tmp_path / "fed"), port=9999, insecure=True,
+                         log=lambda s: None, env={"FEDJAX_HET_DATA": "../shared/data"})
+  assert lb.env["FEDJAX_HET_DATA"] == os.path.abspath(tmp_path / ".." / "shared" / "data")
+  assert lb.env["FEDJAX_HET_DATA_CACHE"] == str(tmp_path / "cache")
+  assert all(os.stat(lb.path(d)).st_mode & 0o777 == 0o700
+             for d in ("", "logs", "keys", "flwr_home"))

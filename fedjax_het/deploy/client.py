@@ -36,6 +36,7 @@ from flwr.app import MetricRecord
 from flwr.app import RecordDict
 
 from fedjax_het.deploy import federation as fed_lib
+from fedjax_het.deploy import private
 from fedjax_het.deploy import wire
 from fedjax_het.deploy.settings import NodeSettings
 from fedjax_het.deploy.settings import parse_faults
@@ -57,6 +58,7 @@ def open_client(settings: NodeSettings, config_json: str) -> fed_lib.ClientNode:
   if not 0 <= settings.client_id < config.num_clients:
     raise ValueError(f"client-id={settings.client_id} is not in [0, config.num_clients="
                      f"{config.num_clients})")
+  private.ensure_private(settings.workdir)  # its checkpoints and compiled programs
   workdir = client_workdir(settings, config)
   use_compilation_cache(os.path.join(settings.workdir, "jax_cache"))
   fed, data = fed_lib.prepare_client(config, settings.client_id, workdir)

@@ -42,6 +42,7 @@ from flwr.serverapp import Grid
 
 from fedjax_het.algorithms import base
 from fedjax_het.deploy import federation as fed_lib
+from fedjax_het.deploy import private
 from fedjax_het.deploy import robust
 from fedjax_het.deploy import settings as settings_lib
 from fedjax_het.deploy import wire
@@ -294,7 +295,7 @@ def run_server(grid: Grid, settings: settings_lib.ServerSettings) -> dict:
                                                             settings.overrides))
   robust.check_rule(settings.aggregation, fed.config.algorithm)  # before any round
   workdir = os.path.abspath(settings.workdir)
-  os.makedirs(workdir, exist_ok=True)
+  private.ensure_private(workdir)  # its checkpoints, logs and compiled programs
   if settings.fresh_start:
     runfiles.clear_outputs(workdir)
   log = _server_log(workdir)
