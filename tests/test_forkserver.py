@@ -235,7 +235,10 @@ def test_an_idle_connection_does_not_stall_a_launch(tmp_path):
     idle.connect(path)  # connects, never sends its request
     t0 = time.monotonic()
     out, _ = launch(path, env, "0").communicate(timeout=60)
-    assert out.splitlines()[-1] == "launcher: 0"  # forked meanwhile
+    assert out.splitlines()[-1] == "launcher: 0"  # forked meanwhile ...
+    idle.setblocking(False)
+    with pytest.raises(BlockingIOError):  # ... before the idle one was even given up
+      idle.recv(1 << 16)
     idle.settimeout(30)
     refused = json.loads(idle.recv(1 << 16))["refused"]
     assert refused == "no request within 3s" and time.monotonic() - t0 < 30
