@@ -1,11 +1,10 @@
 r"""FedProto at the ledger's cut: its clients' own header against the nearest prototype.
 
-FedProto's P1 runs predict by the nearest global prototype (its paper, HtFLlib; our
-default) and end below their clients' chance at the ledger's cut (docs/fidelity.md,
-"FedProto at the N=100 cut"; the ledger gives their rows no verdict); pFedMoE's Table 3
-has FedProto at 92.49 (N = 100, C = 10%). The same FedProto at each of P1's class counts
-predicting with the client's own header (``algo.inference='header'``; the same training),
-paired by seed with P1's runs. The ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
+FedProto's P1 runs predict by the nearest global prototype (our default) and end below
+their clients' chance at the ledger's cut (docs/fidelity.md, "FedProto at the N=100
+cut"). The same FedProto at each of P1's class counts predicting with the client's own
+header (``algo.inference='header'``; the same training), paired by seed with P1's runs;
+the ledger's cut (``protocol.py``, T = ``ROUNDS`` there).
 
   python experiments/sweep.py --sweep=experiments/claims/fedproto_inference.py \
       --sweep_dir=results/claims/fedproto_inference --seed_batch=3 --budget_min=60
