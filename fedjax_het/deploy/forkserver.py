@@ -210,16 +210,6 @@ def _end(sig, frame):
   raise SystemExit(0)
 
 
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
 def _reap(children: dict[int, socket.socket]) -> None:
   """Sends each ended child's exit code to its launcher."""
   while children:
@@ -407,7 +397,7 @@ def launch(path: str | None = None, argv: Sequence[str] | None = None,
         reply = json.loads(conn.recv(_MAX_REQUEST) or b"{}")
         break
       except socket.timeout:
-        if not _alive(pid):  # ended without its server telling: give it a last second
+        if not private.alive(pid):  # ended without its server telling: give it a last second
           try:
             reply = json.loads(conn.recv(_MAX_REQUEST) or b"{}")
           except (OSError, ValueError):
@@ -418,7 +408,7 @@ def launch(path: str | None = None, argv: Sequence[str] | None = None,
         break
     if "exit" in reply:
       return reply["exit"]
-    while _alive(pid):  # the server ended first: wait for the child itself
+    while private.alive(pid):  # the server ended first: wait for the child itself
       time.sleep(0.2)
     return 1
   finally:

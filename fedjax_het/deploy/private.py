@@ -88,7 +88,8 @@ def private_dir(prefix: str, parent: str | None = None) -> str:
                           dir=parent or runtime_base())
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+  """Whether process ``pid`` exists (one of another user's counts as alive)."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -112,7 +113,7 @@ def remove_stale(prefix: str, parent: str | None = None) -> list[str]:
   for name in names:
     match = pattern.match(name)
     path = os.path.join(parent, name)
-    if match and not _alive(int(match.group(1))) and why_insecure(path) is None:
+    if match and not alive(int(match.group(1))) and why_insecure(path) is None:
       shutil.rmtree(path, ignore_errors=True)
       removed.append(path)
   return removed
