@@ -90,6 +90,18 @@ def test_mean_se():
   assert math.isnan(stats.mean_se(np.array([4.0]))[1])
 
 
+def test_mean_se_text_shows_a_small_spread_apart_from_none():
+  """The ledger's M5 2/10 row against the references' choices read "+27.71 ± 0.00" with
+  two seeds: their differences (82.211 - 54.505, 78.955 - 51.240 points) agree to 0.01
+  point, a standard error of 0.005, not zero."""
+  mean, se = stats.mean_se(np.array([82.21095 - 54.50484, 78.95532 - 51.23964]))
+  assert se == pytest.approx(0.00479, abs=1e-5)
+  assert stats.mean_se_text(mean, se) == "+27.71 ± 0.005"
+  assert stats.mean_se_text(20.0, 0.0) == "+20.00 ± 0.00"  # seeds that agree exactly
+  assert stats.mean_se_text(-1.234, 0.456) == "-1.23 ± 0.46"
+  assert stats.mean_se_text(1.0, math.nan) == "+1.00"
+
+
 def test_compare_by_setting_pairs_finished_seeds(sweep_dir):
   groups = paired.group_values(load_runs(sweep_dir), last_k=2)
   assert set(groups[("fedmrl", "b")]) == {0, 1}  # seed 2 did not finish

@@ -22,8 +22,15 @@ def mean_se(diffs: np.ndarray) -> tuple[float, float]:
 
 
 def mean_se_text(mean: float, se: float) -> str:
-  """``'+1.23 ± 0.45'`` (no ``±`` part when ``se`` is nan: a single seed)."""
-  return f"{mean:+.2f}" + ("" if math.isnan(se) else f" ± {se:.2f}")
+  """``'+1.23 ± 0.45'`` (no ``±`` part when ``se`` is nan: a single seed).
+
+  A standard error that is not zero but rounds to 0.00 keeps one significant digit
+  (``'+27.71 ± 0.005'``: two seeds whose differences agree to 0.01 point), so that only
+  seeds that agree exactly print ``± 0.00``.
+  """
+  if math.isnan(se):
+    return f"{mean:+.2f}"
+  return f"{mean:+.2f} ± " + (f"{se:.1g}" if 0 < se < 0.005 else f"{se:.2f}")
 
 
 def first_reach(acc: Sequence[float], target: float) -> int | None:
