@@ -152,6 +152,28 @@ def test_a_sweep_file_says_what_it_is_in_about_ten_lines(path):
   assert "experiments/sweep.py --sweep=" in doc  # and the command that runs it
 
 
+def test_configs_md_names_every_key_and_every_choice():
+  """docs/configs.md names every key of ``base_config`` and every choice-valued ``algo``
+  key of every algorithm with its values (architecture-valued ones take any
+  architecture; the page says so)."""
+  from fedjax_het import config as config_lib
+  from fedjax_het.algorithms import SPECS
+  with open(os.path.join(DOCS, "configs.md")) as f:
+    text = f.read()
+  named = {w for w in re.findall(r"[\w.-]+", text) if f"`{w}`" in text}
+
+  def flat(d, prefix=""):
+    for k, v in d.items():
+      yield from flat(v, f"{prefix}{k}.") if hasattr(v, "items") else [prefix + k]
+  missing = [k for k in flat(config_lib.base_config()) if k not in named]
+  for name, spec in SPECS.items():
+    for key, values in spec.choices.items():
+      words = [key] + (list(values) if isinstance(values, tuple) else [])
+      missing += [f"{name}: algo.{key}={w}" if w != key else f"{name}: algo.{key}"
+                  for w in words if w not in named]
+  assert not missing, missing
+
+
 # ----------------------------------------------------------------------------- README.md
 
 README = os.path.join(ROOT, "README.md")
