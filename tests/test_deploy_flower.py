@@ -3,9 +3,9 @@
 One SuperLink and its SuperNodes (``fedjax_het.deploy.loopback``) serve every run of
 this module, submitted with ``flwr run`` (the ``runs`` fixture says in which order):
 
-- SuperNodes of clients 0 and 1, a SuperNode of client 2 with fault drills (a NaN
-  upload in round 2, killed when asked to train round 3) and an intruder whose key was
-  never registered: the SuperLink refuses it and every run goes on with the others.
+- SuperNodes of clients 0, 1 and 2, the last two with the drill's faults (below, from
+  round 3 and 2 on), and an intruder whose key was never registered: the SuperLink
+  refuses it and every run goes on with the others.
 - FedMRL (2 clients, 2 rounds): the SuperLink is SIGKILLed after its round-1
   checkpoint and restarted; the resubmitted run resumes from its checkpoint, side by
   side with FedMoE (2 clients) and FedAvg (3 clients), 1 round each. The three runs'
@@ -13,14 +13,15 @@ this module, submitted with ``flwr run`` (the ``runs`` fixture says in which ord
   accuracies to 1e-6 (the simulator averages in float32, the server in float64), losses
   to rtol 1e-5; measured: equal to the printed digits. The 2-client runs refuse client
   2's SuperNode by its registered name.
-- The adversarial drill: the FedAvg run continued to 9 rounds (``min-fit-clients=1``, a
-  norm bound of 100 x the round's reference): client 2 sends a malformed upload in
-  every round from 2 to 9, one kind each (``DRILLS``: a torch.Tensor payload, zip bytes,
-  a .npy header longer than its bytes, a header of 2^40 elements, truncated values,
-  float64 bytes declared float32, NaN, a norm 1e30 times the others'), and client 1's
-  SuperNode dies when asked to train round 9 (it never answers; the round waits 8 s for
-  it once an upload is in). Every round aggregates the others, the server's log names
-  each rejection, and no checkpoint holds a non-finite value.
+- The adversarial drill: the FedAvg run continued to 6 rounds (``min-fit-clients=1``, a
+  norm bound of 100 x the round's reference): clients 2 (rounds 2-6) and 1 (rounds 3-5;
+  in round 2 it serves FedMRL's) send malformed uploads, one kind each (``DRILLS``: a
+  torch.Tensor payload, zip bytes, a .npy header longer than its bytes, a header of 2^40
+  elements, truncated values, float64 bytes declared float32, NaN, a norm 1e30 times
+  the others'), and client 1's SuperNode dies when asked to train round 6 (it never
+  answers; the round waits 8 s for it once an upload is in). Client 0 uploads in every
+  round. Every round aggregates the others, the server's log names each rejection, and
+  no checkpoint holds a non-finite value.
 
 ``Federation`` runs the command line (experiments/flower_federation.py), as
 tests/test_extending.py uses it. Every process is stopped at teardown.
@@ -60,15 +61,25 @@ pytestmark = [
 ]
 TIMEOUT = 600
 NUM_CLIENTS = 2
-# client 2's malformed upload of each round of the drill, and what the server says
-DRILLS = {2: ("torch", "'torch.Tensor' payload; only numpy.ndarray is accepted"),
-          3: ("zip", "not .npy bytes (they start b'PK"),
-          4: ("overlong", ".npy header of 2000 bytes is larger than the 54 bytes"),
-          5: ("huge", "its .npy header says <f4[1099511627776]"),
-          6: ("truncated", "bytes of values after its .npy header"),
-          7: ("dtype", "its .npy header says <f8"),
-          8: ("nan", "array 0 holds non-finite values"),
-          9: ("scaled", "exceeds upload-norm-bound 100 x the round's reference")}
+# the drill's malformed uploads, {(round, client): (kind, what the server says)}: two a
+# round where client 1 is free (FedMRL's round 2 is on its SuperNode too); client 1's
+# SuperNode is killed in the last round (``DRILL_ROUNDS``)
+DRILLS = {(2, 2): ("torch", "'torch.Tensor' payload; only numpy.ndarray is accepted"),
+          (3, 2): ("zip", "not .npy bytes (they start b'PK"),
+          (3, 1): ("overlong", ".npy header of 2000 bytes is larger than the 54 bytes"),
+          (4, 2): ("huge", "its .npy header says <f4[1099511627776]"),
+          (4, 1): ("truncated", "bytes of values after its .npy header"),
+          (5, 2): ("dtype", "its .npy header says <f8"),
+          (5, 1): ("nan", "array 0 holds non-finite values"),
+          (6, 2): ("scaled", "exceeds upload-norm-bound 100 x the round's reference")}
+DRILL_ROUNDS = 6
+
+
+def drill_faults(client: int, kill: bool = False) -> str:
+  """``client``'s fault drills (``NodeSettings.fault``): its ``DRILLS``, and a kill in
+  the drill's last round."""
+  faults = [f"{kind}@{r}" for (r, k), (kind, _) in DRILLS.items() if k == client]
+  return ",".join(faults + ([f"kill@{DRILL_ROUNDS}"] if kill else []))
 CONFIG = [f"--config={ROOT}/experiments/fedmrl.py:smoke",
           f"--config.num_clients={NUM_CLIENTS}"]
 free_port = loopback.free_port
@@ -175,8 +186,8 @@ def link(tmp_path_factory):
   try:
     lb.start_superlink()
     lb.start_client(0)
-    lb.start_client(1, fault="kill@9")  # the drill's silent client
-    lb.start_client(2, fault=",".join(f"{kind}@{r}" for r, (kind, _) in DRILLS.items()))
+    lb.start_client(1, fault=drill_faults(1, kill=True))  # and the drill's silent client
+    lb.start_client(2, fault=drill_faults(2))
     key = certs.make_node_key(str(root / "intruder"), "client-0")  # never registered
     lb.start_supernode("intruder", {"client-id": 0, "workdir": str(root / "intruder")},
                        key=key)
@@ -225,9 +236,9 @@ def runs(link):
      FedMoE and FedAvg submitted beside it: three runs side by side on the same
      SuperNodes. (FedMoE and FedAvg start after the restart: a SuperNode serves one
      message at a time, so their messages before it only delayed FedMRL's round 1.)
-  3. The drill: FedAvg resubmitted with 9 rounds on a copy of its outputs (it resumes
-     from round 1, and so do its clients, whose state is the config's): client 2's
-     malformed uploads in rounds 2-9, client 1's SuperNode killed in round 9;
+  3. The drill: FedAvg resubmitted with 6 rounds on a copy of its outputs (it resumes
+     from round 1, and so do its clients, whose state is the config's): clients 1 and
+     2's malformed uploads (``DRILLS``), client 1's SuperNode killed in round 6;
      ``min-fit-clients=1``, and a round waits 8 s for stragglers once an upload is in.
   """
   t0 = time.monotonic()
@@ -246,7 +257,8 @@ def runs(link):
   # alone: a round waits only 8 s for the others once one upload is in (a malformed one
   # counts), so another run's message on a SuperNode would make it a straggler
   faults = dict(submitted["fedavg"][1],
-                overrides="num_clients=3 num_rounds=9 eval_every=9 models=tiny",
+                overrides=(f"num_clients=3 num_rounds={DRILL_ROUNDS} "
+                           f"eval_every={DRILL_ROUNDS} models=tiny"),
                 workdir=link.path("faults"),
                 **{"min-fit-clients": 1, "straggler-timeout": 8.0,
                    "upload-norm-bound": 100.0, "bench-after": 0})
@@ -313,22 +325,26 @@ def _checkpointed_arrays(workdir):
 
 def test_the_adversarial_drill_runs_on_with_the_other_clients(runs, link):
   workdir = runs["faults"]["workdir"]
-  assert [(r["round"], r["clients_evaluated"]) for r in rows(workdir)] == [(1, 3), (9, 2)]
+  assert [(r["round"], r["clients_evaluated"]) for r in rows(workdir)] == [
+      (1, 3), (DRILL_ROUNDS, 2)]
   with open(os.path.join(workdir, "server.log")) as f:
     server_log = f.read()
   assert "server: resumed from round 1" in server_log
-  for r, (kind, why) in DRILLS.items():  # each malformed upload: client 2's failure
+  for (r, k), (kind, why) in DRILLS.items():  # each malformed upload: its client's failure
     lines = [line for line in server_log.splitlines()
-             if f"round {r}: client 2 failed: " in line]
+             if f"round {r}: client {k} failed: " in line]
     assert len(lines) == 1 and why in lines[0], (kind, lines)
-    assert f"round {r}: aggregated" in server_log, r
-  assert "round 9: client 1 failed: no reply within round-timeout" in server_log
+  for r in range(2, DRILL_ROUNDS + 1):  # ... and the round aggregates client 0's
+    failed = len({k for (r_, k) in DRILLS if r_ == r} | ({1} if r == DRILL_ROUNDS else set()))
+    assert f"round {r}: aggregated {3 - failed} uploads ({failed} failed)" in server_log, r
+  assert (f"round {DRILL_ROUNDS}: client 1 failed: no reply within round-timeout"
+          in server_log)
   assert link.procs["client-1"].wait(timeout=60) == -signal.SIGKILL
   assert "Traceback" not in server_log
-  assert summary(workdir)["rounds_completed"] == 9
+  assert summary(workdir)["rounds_completed"] == DRILL_ROUNDS
   assert np.isfinite(summary(workdir)["final_mean_test_acc"])
   checkpoints = _checkpointed_arrays(workdir)
-  assert max(checkpoints) == 9
+  assert max(checkpoints) == DRILL_ROUNDS
   for step, leaves in checkpoints.items():
     assert all(np.all(np.isfinite(np.asarray(a))) for a in leaves), step
   assert summary(workdir)["environment"]["packages"]["jax"] == jax.__version__  # the server's
