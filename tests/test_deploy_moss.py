@@ -3,8 +3,6 @@ fake Flower ``Grid`` that hands every message to the ClientApp in this process) 
 the simulator: the server's public-set path (``Protocol.server_data``), WIRE's
 meta-networks, their Adam state and regressors, FILE and the type models after 2 rounds.
 """
-import types
-
 import jax
 import numpy as np
 import pytest
@@ -13,9 +11,7 @@ from by_hand import assert_close
 from fedjax_het.deploy import federation as fed_lib
 
 flower = pytest.importorskip("fedjax_het.deploy.flower")
-from flwr.app import Error  # noqa: E402
-from flwr.app import Message  # noqa: E402
-from flwr.app import RecordDict  # noqa: E402
+from fake_grid import FakeGrid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedjax_het.training import experiment  # noqa: E402
@@ -30,38 +26,6 @@ pytestmark = pytest.mark.usefixtures("compile_bound")
 MOSS = {"num_clients": 2, "num_rounds": 2, "eval_every": 2, "data.public": 16,
         "algo.public_size": 16, "algo.public_batch": 8, "algo.wire_steps": 1,
         "algo.wire_lr": 1.0, "algo.wire_layers": "rep"}
-
-
-class FakeGrid:
-  """Flower's ``Grid`` in one process (as tests/test_flower_app.py's): each message goes
-  to ``flower.client_app`` with its SuperNode's node config."""
-
-  def __init__(self, nodes):
-    self.nodes, self.replies, self.sent = nodes, {}, []
-    self.run = types.SimpleNamespace(run_id=7)
-
-  def get_nodes(self):
-    return [types.SimpleNamespace(node_id=n, name=name)
-            for n, (name, _) in self.nodes.items()]
-
-  def push_messages(self, messages):
-    ids = []
-    for m in messages:
-      mid = f"m{len(self.sent)}"
-      m.metadata.__dict__["_message_id"] = mid
-      self.sent.append(m)
-      ids.append(mid)
-      n = m.metadata.dst_node_id
-      context = flower.Context(run_id=7, node_id=n, node_config=self.nodes[n][1],
-                               state=RecordDict(), run_config={})
-      try:
-        self.replies[mid] = flower.client_app(message=m, context=context)
-      except Exception as err:  # noqa: BLE001 - what flwr-clientapp does
-        self.replies[mid] = Message(Error(code=0, reason=str(err)), reply_to=m)
-    return ids
-
-  def pull_messages(self, ids):
-    return [self.replies.pop(i) for i in list(ids) if i in self.replies]
 
 
 @pytest.fixture

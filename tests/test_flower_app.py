@@ -15,9 +15,7 @@ import pytest
 from fedjax_het.deploy import federation as fed_lib
 
 flower = pytest.importorskip("fedjax_het.deploy.flower")
-from flwr.app import Error  # noqa: E402
-from flwr.app import Message  # noqa: E402
-from flwr.app import RecordDict  # noqa: E402
+from fake_grid import FakeGrid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedjax_het.deploy import certs  # noqa: E402
@@ -174,41 +172,6 @@ def test_throwaway_certificates_chain_and_node_keys(tmp_path):
 
 
 # ------------------------------------------------------------------ ServerApp over a fake grid
-class FakeGrid:
-  """Flower's ``Grid`` in one process: each message goes to ``flower.client_app`` with
-  its SuperNode's node config (an exception becomes an error reply, as Flower makes
-  it); a node listed in ``silent`` never answers a train message (a hung client)."""
-
-  def __init__(self, nodes, silent=()):
-    self.nodes, self.silent = nodes, set(silent)  # {node id: (name, node config)}
-    self.replies, self.sent, self.run = {}, [], types.SimpleNamespace(run_id=7)
-
-  def get_nodes(self):
-    return [types.SimpleNamespace(node_id=n, name=name)
-            for n, (name, _) in self.nodes.items()]
-
-  def push_messages(self, messages):
-    ids = []
-    for m in messages:
-      mid = f"m{len(self.sent)}"
-      m.metadata.__dict__["_message_id"] = mid
-      self.sent.append(m)
-      ids.append(mid)
-      n = m.metadata.dst_node_id
-      if n in self.silent and m.metadata.message_type == "train":
-        continue
-      context = flower.Context(run_id=7, node_id=n, node_config=self.nodes[n][1],
-                               state=RecordDict(), run_config={})
-      try:
-        self.replies[mid] = flower.client_app(message=m, context=context)
-      except Exception as err:  # noqa: BLE001 - what flwr-clientapp does
-        self.replies[mid] = Message(Error(code=0, reason=str(err)), reply_to=m)
-    return ids
-
-  def pull_messages(self, ids):
-    return [self.replies.pop(i) for i in list(ids) if i in self.replies]
-
-
 @pytest.fixture(autouse=True)
 def task_identity(monkeypatch):
   """What a ServerApp process knows about itself (Flower sets it before ``main``)."""
