@@ -314,9 +314,13 @@ def assert_server_holds_no_client_leaf(state):
   """
   import jax
 
+  from fedjax_het import packing
+
   server = [np.asarray(x) for x in jax.tree.leaves(state.server)
             if np.issubdtype(np.asarray(x).dtype, np.floating)]
   for group in state.clients:
+    if packing.is_packed(group):  # the stacked tree, leaf by leaf
+      group = packing.unpack(group)
     for leaf in jax.tree.leaves(group):
       leaf = np.asarray(leaf)
       if not np.issubdtype(leaf.dtype, np.floating):

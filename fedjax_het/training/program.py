@@ -18,6 +18,7 @@ import numpy as np
 from fedjax_het import clients as clients_lib
 from fedjax_het import data as data_lib
 from fedjax_het import distributed
+from fedjax_het import packing
 from fedjax_het import sharding
 from fedjax_het.algorithms import Algorithm
 from fedjax_het.algorithms import State
@@ -149,6 +150,33 @@ def compile_fns(exp: Experiment) -> Program:
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract, shards)
   return Program(init, run_rounds, evaluate, abstract)
+
+
+LEGACY_NOTE = ("written before client states were packed (one buffer per dtype, "
+               "fedjax_het.packing): restored as trees and packed")
+
+
+def legacy_layout(abstract: State) -> tuple | None:
+  """``Checkpointer.restore_latest``'s ``legacy`` for a state with packed client groups.
+
+  A checkpoint written before the packing holds each group's client state as a tree of
+  stacked leaves: it restores into the abstract trees ``packing.unpack_abstract`` gives
+  (same shardings), and is packed on the device after. None when nothing is packed.
+  """
+  if not any(packing.is_packed(c) for c in abstract.clients):
+    return None
+  trees = tuple(packing.unpack_abstract(c) if packing.is_packed(c) else c
+                for c in abstract.clients)
+  shards = tuple(jax.tree.map(lambda a: a.sharding, c) for c in abstract.clients)
+
+  def convert(state: State) -> State:
+    def one(tree, target, shard):
+      if not packing.is_packed(target):
+        return tree
+      lead = len(target.buffers[target.spec.dtypes[0]].shape) - 1
+      return jax.jit(lambda t: packing.pack(t, lead), out_shardings=shard)(tree)
+    return state.replace(clients=tuple(map(one, state.clients, abstract.clients, shards)))
+  return abstract.replace(clients=trees), convert, LEGACY_NOTE
 
 
 def client_accuracies(counts) -> tuple:
