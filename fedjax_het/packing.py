@@ -181,6 +181,18 @@ def is_packed(x) -> bool:
   return isinstance(x, Packed)
 
 
+def as_tree(x: PyTree) -> PyTree:
+  """``x``'s stacked tree: ``unpack(x)`` for a ``Packed``, otherwise ``x`` itself
+  (code that reads a group's client states leaf by leaf, whichever layout holds them)."""
+  return unpack(x) if is_packed(x) else x
+
+
+def unpack_all(tree: PyTree) -> PyTree:
+  """``tree`` with every ``Packed`` in it replaced by its stacked tree (a whole
+  ``State`` leaf by leaf, as it was before the packing)."""
+  return jax.tree.map(as_tree, tree, is_leaf=is_packed)
+
+
 def unpack_abstract(packed: Packed) -> PyTree:
   """The stacked tree of a ``Packed`` of ``jax.ShapeDtypeStruct`` buffers, with their
   shardings (restoring a checkpoint written before client states were packed)."""

@@ -319,9 +319,7 @@ def assert_server_holds_no_client_leaf(state):
   server = [np.asarray(x) for x in jax.tree.leaves(state.server)
             if np.issubdtype(np.asarray(x).dtype, np.floating)]
   for group in state.clients:
-    if packing.is_packed(group):  # the stacked tree, leaf by leaf
-      group = packing.unpack(group)
-    for leaf in jax.tree.leaves(group):
+    for leaf in jax.tree.leaves(packing.as_tree(group)):  # leaf by leaf
       leaf = np.asarray(leaf)
       if not np.issubdtype(leaf.dtype, np.floating):
         continue

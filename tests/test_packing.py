@@ -102,7 +102,8 @@ def test_hlo_size_counts_each_control_flow_region_as_a_computation():
   # entry: the while; cond: 2 constants, reduce (+ its add), compare; body: 2 constants,
   # 2 broadcasts, multiply, add. Terminators are not counted.
   size = hlo_size.measure(while_program())
-  assert size == hlo_size.ProgramSize(total=12, largest=6, computations=3, entry=1)
+  assert size == hlo_size.ProgramSize(total=12, largest=6, computations=3, entry=1,
+                                      module=12, largest_uncalled=6)
 
 
 def test_hlo_size_inlines_calls_and_lowers_for_cuda_without_a_gpu():
@@ -114,7 +115,11 @@ def test_hlo_size_inlines_calls_and_lowers_for_cuda_without_a_gpu():
   here = hlo_size.measure(lowered.lower())
   cuda = hlo_size.measure(lowered.lower(lowering_platforms=("cuda",)))
   assert here.computations == cuda.computations == 1
-  assert here.largest == cuda.largest > here.total  # the callee counted at each call
+  assert here.largest == cuda.largest == here.total  # one computation: the entry
+  # the callee counted at each call site when inlined, once as written
+  callee = hlo_size.measure(inner.trace(jnp.ones(3)).lower()).total
+  assert here.module == here.total - callee
+  assert here.largest_uncalled == max(callee, here.total - 2 * callee)
 
 
 def test_each_groups_round_is_a_computation_of_its_own(tiny_config):

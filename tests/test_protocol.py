@@ -80,8 +80,7 @@ def own_data(data, idx, mask):
 
 def row(tree, j):
   """Client j's state (a tree) out of a group's stacked state (packed or a tree)."""
-  one = jax.tree.map(lambda a: a[j], tree)
-  return packing.unpack(one) if packing.is_packed(one) else one
+  return packing.as_tree(jax.tree.map(lambda a: a[j], tree))
 
 
 def set_row(tree, j, value):

@@ -30,19 +30,26 @@ class ProgramSize(NamedTuple):
   """Op counts of a lowered program.
 
   Attributes:
-    total: every op of the module (each function once, however often it is called).
-    largest: ops of its largest computation (calls inlined, control-flow regions apart).
+    total: ops XLA compiles once calls are inlined: the sum over computations.
+    largest: ops of the largest computation (calls inlined, control-flow regions apart).
     computations: how many computations (the entry, and every control-flow region).
     entry: ops of the entry computation (the program's own body, calls inlined).
+    module: ops of the module as written, each function once however often it is called.
+    largest_uncalled: the largest computation when calls are not inlined (every function
+      body and every control-flow region a computation of its own, a call one op), the
+      way one reads the module's text.
   """
   total: int
   largest: int
   computations: int
   entry: int
+  module: int
+  largest_uncalled: int
 
   def __str__(self) -> str:
     return (f"{self.total} StableHLO ops, largest computation {self.largest} "
-            f"({self.computations} computations)")
+            f"({self.computations} computations; as written {self.module} ops, "
+            f"largest {self.largest_uncalled})")
 
 
 def _ops(region):
@@ -69,10 +76,10 @@ def measure(lowered) -> ProgramSize:
     op = op.operation
     if _name(op) == "func.func":
       funcs[str(op.attributes["sym_name"]).strip('"')] = op
-  sizes: list[int] = []  # every computation's size
-  inlined: dict[str, int] = {}
 
-  def count(region) -> int:
+  def count(region, sizes: list, inline) -> int:
+    """Ops of ``region``, each control-flow region apart (appended to ``sizes``);
+    ``inline(callee)``: what a call adds besides its own op."""
     n = 0
     for op in _ops(region):
       name = _name(op)
@@ -84,28 +91,22 @@ def measure(lowered) -> ProgramSize:
         n += inline(callee)
       for sub in op.regions:
         if name in CONTROL_FLOW:
-          sizes.append(count(sub))
+          sizes.append(count(sub, sizes, inline))
         else:
-          n += count(sub)
+          n += count(sub, sizes, inline)
     return n
 
-  def inline(name: str) -> int:
-    if name not in inlined:
-      inlined[name] = 0  # a recursive call (none in jax's output) counts once
-      inlined[name] = count(funcs[name].regions[0])
-    return inlined[name]
+  # calls inlined: every call site counts its callee's body (and its regions) again
+  inlined: list[int] = []
 
+  def inline(callee: str) -> int:
+    return count(funcs[callee].regions[0], inlined, inline)
   entry = "main" if "main" in funcs else next(iter(funcs))
   entry_size = inline(entry)
-  sizes.append(entry_size)
-
-  def every(region) -> int:
-    n = 0
-    for op in _ops(region):
-      if _name(op) in TERMINATORS:
-        continue
-      n += 1 + sum(every(sub) for sub in op.regions)
-    return n
-
-  total = sum(every(f.regions[0]) for f in funcs.values())
-  return ProgramSize(total, max(sizes), len(sizes), entry_size)
+  inlined.append(entry_size)
+  # as written: each function once, a computation of its own
+  written: list[int] = []
+  for f in funcs.values():
+    written.append(count(f.regions[0], written, lambda _: 0))
+  return ProgramSize(sum(inlined), max(inlined), len(inlined), entry_size, sum(written),
+                     max(written))

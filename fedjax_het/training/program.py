@@ -244,6 +244,10 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     def body(carry):
       i, state, rows, accuracies = carry
       state, metrics = one_round(state, data)
+      # the round's state in the carry's shardings: the per-group conditionals
+      # (base.own_computation) drop them from their outputs' types, and ``evaluate``
+      # must see the state's types it was traced with (one trace)
+      state = jax.lax.with_sharding_constraint(state, shards)
       r = state.round[0] if replicas else state.round
       due = (r % eval_every == 0) | (r == num_rounds)
       accuracies = jax.lax.cond(due, lambda: client_accuracies(evaluate(state, data)),
