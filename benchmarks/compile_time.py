@@ -87,8 +87,8 @@ def measure(config, seeds: int = 1, log=print, compile=True) -> None:
   """Stages and runs ``config``'s init, then its dispatch, logging a line after each.
 
   Each line gives the program's size (``hlo_size``) for this backend and for CUDA;
-  ``compile=False`` stops at the sizes of the dispatch (nothing compiled or run but the
-  init).
+  ``compile=False`` stops at the sizes: nothing is compiled or run (with ``seeds`` > 1
+  the init is, to stack the replicas' states).
   """
   configs = [config]
   for s in range(1, seeds):
@@ -97,19 +97,28 @@ def measure(config, seeds: int = 1, log=print, compile=True) -> None:
     configs.append(c)
   exps = [experiment.prepare(c, place=seeds == 1) for c in configs]
   exp = exps[0]
-  init = program.compile_fns(exp).init  # turns the threefry kernel on where it is used
+  fns = program.compile_fns(exp)  # turns the threefry kernel on where it is used
+  init = fns.init
   name = (f"{config.algorithm} N={config.num_clients} {'+'.join(exp.runtime.layout.archs)} "
           f"{clients_lib.resolve_parallelism(exp.runtime.client_parallelism)} on "
           f"{jax.default_backend()} ({switches(jax.default_backend())})")
   keys = [jax.random.PRNGKey(c.seed) for c in configs]
-  init_c, trace_s, lower_s, compile_s, sizes = stage(init, keys[0])
+  sizes_only = not compile and seeds == 1  # the dispatch traced on the abstract state
+  init_c, trace_s, lower_s, compile_s, sizes = stage(init, keys[0], compile=not sizes_only)
+  if sizes_only:
+    log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, not compiled | "
+        f"{size_line(sizes)}")
+    keys = []
   states = []
   for key in keys:
     state, run_s = timed(init_c, key)
     states.append(state)
-  log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
-      f"{compile_s:.1f} s, run {run_s:.2f} s | {size_line(sizes)}")
-  if seeds == 1:
+  if keys:
+    log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
+        f"{compile_s:.1f} s, run {run_s:.2f} s | {size_line(sizes)}")
+  if sizes_only:
+    data, axes, state = exp.data, None, fns.abstract
+  elif seeds == 1:
     data, axes, state = exp.data, None, states[0]
   else:
     data, axes = program.replica_data(exps)
@@ -135,8 +144,9 @@ def main(argv=None):
   p.add_argument("--seeds", type=int, default=1,
                  help="seeds on the dispatch's replica axis (sweep.py --seed_batch)")
   p.add_argument("--no_compile", action="store_true",
-                 help="only the dispatch's size (StableHLO ops here and for CUDA) and its "
-                      "trace and lower seconds: nothing compiled but the init")
+                 help="only the programs' sizes (StableHLO ops here and for CUDA) and "
+                      "their trace and lower seconds: nothing compiled (but the init "
+                      "with --seeds > 1)")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:

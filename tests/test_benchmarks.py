@@ -210,8 +210,9 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
   # --no_compile: the dispatch's sizes and its trace and lower seconds only
   compile_time.main([f"--config={config}", *sets, "--no_compile"])
   lines = capsys.readouterr().out.splitlines()
-  assert re.fullmatch(rf"{name} \| dispatch of 1 seed: trace {number} s, lower {number} s, "
-                      rf"not compiled{sizes}", lines[1])
+  for line, program in zip(lines, ("init", "dispatch of 1 seed")):
+    assert re.fullmatch(rf"{name} \| {program}: trace {number} s, lower {number} s, "
+                        rf"not compiled{sizes}", line)
   for bad, says in ((["--sweep=experiments/claims/p1_classes.py"],
                      "give --config, or --sweep with --algorithm"),
                     ([f"--config={config}", "--seeds=0"], "--seeds=0: must be >= 1")):
