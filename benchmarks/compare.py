@@ -53,6 +53,7 @@ from fedjax_het import clients as cl  # noqa: E402
 from fedjax_het import config as config_lib  # noqa: E402
 from fedjax_het import config_files  # noqa: E402
 from fedjax_het import models  # noqa: E402
+from fedjax_het import packing  # noqa: E402
 from fedjax_het import validation  # noqa: E402
 from fedjax_het.algorithms import base  # noqa: E402
 from fedjax_het.algorithms import fedmoe  # noqa: E402
@@ -283,7 +284,7 @@ class PerClientLoop:
     self.groups = []
     for g, index in enumerate(exp.data.groups):
       n = len(rt.layout.client_ids[g])
-      stacked = jax.device_get(state.clients[g])
+      stacked = packing.as_tree(jax.device_get(state.clients[g]))
       idx, mask = np.asarray(index.train_idx), np.asarray(index.train_mask)
       self.groups.append(dict(
           clients=[put(jax.tree.map(lambda a, k=k: a[k], stacked)) for k in range(n)],

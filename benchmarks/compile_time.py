@@ -1,15 +1,20 @@
-r"""How long a run's two programs take to trace, lower and compile: its init and its dispatch.
+r"""How big a run's two programs are and how long they take to trace, lower and compile.
 
   python benchmarks/compile_time.py --config=experiments/fedmrl.py:cpu
   python benchmarks/compile_time.py --sweep=experiments/claims/p1_classes.py \
       --algorithm=fedmoe --seeds=3
+  python benchmarks/compile_time.py --sweep=experiments/claims/p1_classes.py \
+      --algorithm=fedmoe --no_compile      # sizes only (here and for CUDA)
 
 The init (``program.compile_fns(...).init``: every client's parameters and optimizer
 state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds and
 their evaluations in one ``lax.while_loop``), each staged by hand (``trace``, ``lower``,
 ``compile``) and then run: the init once, the dispatch for one round and for two, so its
-line also gives the seconds of a round. A line is printed as each program is done (a
-call stopped while the dispatch compiles still tells the init's times). ``--seeds=S``
+line also gives the seconds of a round. Each line ends with the program's size
+(``fedjax_het.training.hlo_size``: StableHLO ops in all and in its largest computation)
+lowered for this machine's backend and for CUDA (no GPU needed). A line is printed as
+each program is done (a call stopped while the dispatch compiles still tells the
+init's times). ``--seeds=S``
 stages the dispatch of S seeds on a replica axis, as ``sweep.py --seed_batch=S`` runs
 them. Each line names the backend and the switches that change how XLA compiles
 (``XLA_FLAGS``, jax's ``jax_threefry_gpu_kernel_lowering``, the dispatch's XLA options of
@@ -30,6 +35,7 @@ from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
 from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
+from fedjax_het.training import hlo_size
 from fedjax_het.training import program
 
 
@@ -40,12 +46,30 @@ def timed(fn, *args):
   return out, time.perf_counter() - t
 
 
-def stage(jitted, *args):
-  """``(compiled, trace s, lower s, compile s)`` of ``jitted`` at ``args``."""
+def stage(jitted, *args, compile=True):
+  """``(compiled or None, trace s, lower s, compile s, sizes)`` of ``jitted`` at ``args``.
+
+  ``sizes``: the program's ``hlo_size.ProgramSize`` lowered for this machine's backend
+  and for CUDA (``lowering_platforms=('cuda',)``, which needs no GPU; None where this
+  jax cannot lower for CUDA).
+  """
   traced, trace_s = timed(jitted.trace, *args)
   lowered, lower_s = timed(traced.lower)
+  sizes = {jax.default_backend(): hlo_size.measure(lowered)}
+  if jax.default_backend() != "cuda":
+    try:
+      sizes["cuda"] = hlo_size.measure(traced.lower(lowering_platforms=("cuda",)))
+    except Exception as err:  # noqa: BLE001 - a jax without CUDA lowering rules
+      sizes["cuda"] = f"not lowered ({type(err).__name__}: {err})"
+  if not compile:
+    return None, trace_s, lower_s, float("nan"), sizes
   compiled, compile_s = timed(lowered.compile)
-  return compiled, trace_s, lower_s, compile_s
+  return compiled, trace_s, lower_s, compile_s, sizes
+
+
+def size_line(sizes: dict) -> str:
+  """``cpu: N StableHLO ops, largest computation M (...); cuda: ...``."""
+  return "; ".join(f"{platform}: {size}" for platform, size in sizes.items())
 
 
 def switches(platform: str) -> str:
@@ -59,8 +83,13 @@ def switches(platform: str) -> str:
           f"dispatch options {options}")
 
 
-def measure(config, seeds: int = 1, log=print) -> None:
-  """Stages and runs ``config``'s init, then its dispatch, logging a line after each."""
+def measure(config, seeds: int = 1, log=print, compile=True) -> None:
+  """Stages and runs ``config``'s init, then its dispatch, logging a line after each.
+
+  Each line gives the program's size (``hlo_size``) for this backend and for CUDA;
+  ``compile=False`` stops at the sizes: nothing is compiled or run (with ``seeds`` > 1
+  the init is, to stack the replicas' states).
+  """
   configs = [config]
   for s in range(1, seeds):
     c = config.copy_and_resolve_references()
@@ -68,31 +97,44 @@ def measure(config, seeds: int = 1, log=print) -> None:
     configs.append(c)
   exps = [experiment.prepare(c, place=seeds == 1) for c in configs]
   exp = exps[0]
-  init = program.compile_fns(exp).init  # turns the threefry kernel on where it is used
+  fns = program.compile_fns(exp)  # turns the threefry kernel on where it is used
+  init = fns.init
   name = (f"{config.algorithm} N={config.num_clients} {'+'.join(exp.runtime.layout.archs)} "
           f"{clients_lib.resolve_parallelism(exp.runtime.client_parallelism)} on "
           f"{jax.default_backend()} ({switches(jax.default_backend())})")
   keys = [jax.random.PRNGKey(c.seed) for c in configs]
-  init_c, trace_s, lower_s, compile_s = stage(init, keys[0])
+  sizes_only = not compile and seeds == 1  # the dispatch traced on the abstract state
+  init_c, trace_s, lower_s, compile_s, sizes = stage(init, keys[0], compile=not sizes_only)
+  if sizes_only:
+    log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, not compiled | "
+        f"{size_line(sizes)}")
+    keys = []
   states = []
   for key in keys:
     state, run_s = timed(init_c, key)
     states.append(state)
-  log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
-      f"{compile_s:.1f} s, run {run_s:.2f} s")
-  if seeds == 1:
+  if keys:
+    log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
+        f"{compile_s:.1f} s, run {run_s:.2f} s | {size_line(sizes)}")
+  if sizes_only:
+    data, axes, state = exp.data, None, fns.abstract
+  elif seeds == 1:
     data, axes, state = exp.data, None, states[0]
   else:
     data, axes = program.replica_data(exps)
     state = program.replica_state(states, exp.runtime.mesh)
   dispatch = program.compile_dispatch(exp, program.dispatch_rows(config.num_rounds), axes)
-  run, trace_s, lower_s, compile_s = stage(dispatch.jitted, state, data, np.int32(1),
-                                           dispatch.schedule)
+  run, trace_s, lower_s, compile_s, sizes = stage(
+      dispatch.jitted, state, data, np.int32(1), dispatch.schedule, compile=compile)
+  what = f"{name} | dispatch of {seeds} seed{'s' if seeds > 1 else ''}"
+  if run is None:
+    log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, not compiled | "
+        f"{size_line(sizes)}")
+    return
   (state, _, _), first = timed(run, state, data, np.int32(1), dispatch.schedule)
   _, two = timed(run, state, data, np.int32(2), dispatch.schedule)
-  log(f"{name} | dispatch of {seeds} seed{'s' if seeds > 1 else ''}: trace {trace_s:.1f} s, "
-      f"lower {lower_s:.1f} s, compile {compile_s:.1f} s, first round {first:.2f} s, then "
-      f"{two / 2:.3f} s a round")
+  log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {compile_s:.1f} s, "
+      f"first round {first:.2f} s, then {two / 2:.3f} s a round | {size_line(sizes)}")
 
 
 def main(argv=None):
@@ -101,6 +143,10 @@ def main(argv=None):
   add_run_flags(p)
   p.add_argument("--seeds", type=int, default=1,
                  help="seeds on the dispatch's replica axis (sweep.py --seed_batch)")
+  p.add_argument("--no_compile", action="store_true",
+                 help="only the programs' sizes (StableHLO ops here and for CUDA) and "
+                      "their trace and lower seconds: nothing compiled (but the init "
+                      "with --seeds > 1)")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
@@ -109,7 +155,8 @@ def main(argv=None):
     config = load(args)
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
-  measure(config, args.seeds, log=lambda line: print(line, flush=True))
+  measure(config, args.seeds, log=lambda line: print(line, flush=True),
+          compile=not args.no_compile)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from eval_cost import apply_sets  # benchmarks/: the script's directory
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import config_files
+from fedjax_het import packing
 from fedjax_het import validation
 from fedjax_het.sweeps import plan as plan_lib
 from fedjax_het.training import experiment
@@ -61,7 +62,9 @@ def time_init(lowered, key, options):
   t1 = time.perf_counter()
   state = jax.block_until_ready(compiled(key))
   t2 = time.perf_counter()
-  return t1 - t0, t2 - t1, [np.asarray(x) for x in jax.tree.leaves(state)]
+  # the state's own leaves (each group's client tree, not its packed buffers)
+  return t1 - t0, t2 - t1, [np.asarray(x)
+                            for x in jax.tree.leaves(packing.unpack_all(state))]
 
 
 def main(argv=None):

@@ -314,10 +314,12 @@ def assert_server_holds_no_client_leaf(state):
   """
   import jax
 
+  from fedjax_het import packing
+
   server = [np.asarray(x) for x in jax.tree.leaves(state.server)
             if np.issubdtype(np.asarray(x).dtype, np.floating)]
   for group in state.clients:
-    for leaf in jax.tree.leaves(group):
+    for leaf in jax.tree.leaves(packing.as_tree(group)):  # leaf by leaf
       leaf = np.asarray(leaf)
       if not np.issubdtype(leaf.dtype, np.floating):
         continue

@@ -10,6 +10,7 @@ import pytest
 from conftest import assert_server_holds_no_client_leaf
 
 from fedjax_het import clients as cl
+from fedjax_het import packing
 from fedjax_het.algorithms import SPECS
 from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedapen
@@ -170,7 +171,7 @@ def test_uplink_holds_only_the_shared_model(tiny_config, algorithm, algo):
   exp = experiment.prepare(tiny_config(algorithm, "tiny", {**SMALL, **algo}))
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
-                        state.clients[0])  # one client
+                        packing.as_tree(state.clients[0]))  # one client's tree
   theta = state.server["theta"] if algorithm == "fedkd" else state.server
   up = jax.eval_shape(fedkd.uplink, client.params, theta) if algorithm == "fedkd" else (
       mutual.uplink(client.params))

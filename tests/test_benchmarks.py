@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from fedjax_het import packing
 from fedjax_het.training import compile_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +51,7 @@ def test_per_client_trainer_keeps_state_shapes(algorithm):
   exp = compare.build(TINY[0], algorithm, arch="tiny", num_devices=1)
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
-                        state.clients[0])
+                        packing.as_tree(state.clients[0]))
   train = compare.client_trainer(compare.client_problem(exp), 0, exp.runtime)
   index = exp.data.groups[0]
   new, upload = jax.eval_shape(train, client, state.server, exp.data.x, exp.data.y,
@@ -68,7 +69,7 @@ def test_flop_count_matches_xla():
   problem = compare.client_problem(exp)
   state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
   client = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype),
-                        state.clients[0])
+                        packing.as_tree(state.clients[0]))
   batch = compare.cl.Batch(jnp.zeros((8, 32, 32, 3)), jnp.zeros(8, jnp.int32),
                            jnp.ones(8, bool))
 
@@ -198,11 +199,20 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
     plural = "s" if seeds > 1 else ""
     name = (r"standalone N=5 tiny sequential on cpu \(XLA_FLAGS .+, threefry kernel off, "
             r"dispatch options none\)")
+    size = (r"\d+ StableHLO ops, largest computation \d+ \(\d+ computations; as written "
+            r"\d+ ops, largest \d+\)")
+    sizes = rf" \| cpu: {size}; cuda: {size}"
     assert re.fullmatch(rf"{name} \| init: trace {number} s, lower {number} s, compile "
-                        rf"{number} s, run {number} s", lines[0])
+                        rf"{number} s, run {number} s{sizes}", lines[0])
     assert re.fullmatch(rf"{name} \| dispatch of {seeds} seed{plural}: trace {number} s, "
                         rf"lower {number} s, compile {number} s, first round {number} s, "
-                        rf"then {number} s a round", lines[1])
+                        rf"then {number} s a round{sizes}", lines[1])
+  # --no_compile: the dispatch's sizes and its trace and lower seconds only
+  compile_time.main([f"--config={config}", *sets, "--no_compile"])
+  lines = capsys.readouterr().out.splitlines()
+  for line, program in zip(lines, ("init", "dispatch of 1 seed")):
+    assert re.fullmatch(rf"{name} \| {program}: trace {number} s, lower {number} s, "
+                        rf"not compiled{sizes}", line)
   for bad, says in ((["--sweep=experiments/claims/p1_classes.py"],
                      "give --config, or --sweep with --algorithm"),
                     ([f"--config={config}", "--seeds=0"], "--seeds=0: must be >= 1")):

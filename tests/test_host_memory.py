@@ -21,11 +21,12 @@ def test_release_freed_returns_the_heaps_free_pages():
   assert len(kept) == 200
 
 
-def test_the_loop_releases_after_every_dispatch(tiny_config, tmp_path, monkeypatch):
+def test_the_loop_releases_after_the_init_and_every_dispatch(tiny_config, tmp_path, monkeypatch):
   released, dispatches = [], []
   monkeypatch.setattr(host_memory, "release_freed", lambda: released.append(1) or True)
   loop.run(tiny_config(models="tiny", overrides={"num_rounds": 3, "log_every": 1}),
            str(tmp_path), log=lambda s: None,
            on_progress=lambda done, total: dispatches.append(done))
   assert dispatches[-1] == 3 and len(dispatches) >= 2
-  assert len(released) == len(dispatches)
+  # once after the init's one run (loop gives its program back), then after every dispatch
+  assert len(released) == 1 + len(dispatches)

@@ -14,6 +14,7 @@ import pytest
 from conftest import SHARDED
 
 from fedjax_het import clients as cl
+from fedjax_het import packing
 from fedjax_het.algorithms import SPECS
 from fedjax_het.algorithms import base
 from fedjax_het.algorithms import fedavg
@@ -78,12 +79,15 @@ def own_data(data, idx, mask):
 
 
 def row(tree, j):
-  """Client j's state out of a group's stacked state."""
-  return jax.tree.map(lambda a: a[j], tree)
+  """Client j's state (a tree) out of a group's stacked state (packed or a tree)."""
+  return packing.as_tree(jax.tree.map(lambda a: a[j], tree))
 
 
 def set_row(tree, j, value):
-  """A group's stacked state with client j's state replaced (host copies)."""
+  """A group's stacked state with client j's state (a tree) replaced (host copies)."""
+  if packing.is_packed(tree):
+    value = packing.pack_like(tree.spec, value)
+
   def put(a, v):
     a = np.array(a)
     a[j] = v

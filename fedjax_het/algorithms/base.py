@@ -13,8 +13,9 @@ An algorithm is a factory closing over its hyper-parameters and returning
   so an algorithm exists once.
 
 ``State`` is one frozen pytree for all algorithms: what differs is what they put in
-``clients`` (one entry per architecture group, every leaf stacked on a leading client
-axis) and in ``server``.
+``clients`` (one entry per architecture group: a client's state tree, stacked on a
+leading client axis and packed by the runtime into one buffer per dtype,
+``packing.Packed``) and in ``server``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het import clients as cl
+from fedjax_het import packing
 from fedjax_het import sharding
 from fedjax_het.data.federated import ClientIndex
 from fedjax_het.data.federated import FederatedData
@@ -57,8 +59,10 @@ class State:
   Attributes:
     round: int32 scalar, rounds completed.
     rng: PRNG key from the seed; round ``r`` uses ``fold_in(rng, r)``.
-    clients: tuple of per-group ``ClientState`` (or any pytree), leading axis = clients
-      of that group padded to the device count.
+    clients: tuple of per-group stacked client states (``ClientState`` or any pytree),
+      leading axis = clients of that group padded to the device count; packed
+      (``packing.Packed``) by ``init_clients``. ``state.clients[g].params`` reads the
+      stacked params of a packed group as a tree.
     server: what the server holds between rounds (global model, prototypes, ...).
   """
   round: jax.Array
@@ -270,28 +274,58 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
   Args:
     rt: the runtime.
     group: group number (static).
-    clients_g: the group's stacked client state [n_g_padded, ...].
+    clients_g: the group's stacked client state [n_g_padded, ...]: a ``packing.Packed``
+      (as ``init_clients`` makes it: one gather and one scatter per buffer) or a tree.
     data: the federated data.
     sample_key, train_key: this round's keys (see ``round_keys``).
     client_fn: ``(client_state, train_idx [n], train_mask [n], key) -> (client_state,
-      outputs)`` for one client; it closes over the pooled data and server payload.
+      outputs)`` for one client, on the client's state as a tree; it closes over the
+      pooled data and server payload.
     eval_fn: optional ``(trained client_state, outputs, test_idx, test_mask) ->
       (correct, total)``: each trained client on its own test split.
 
   Returns:
-    ``GroupRound``.
+    ``GroupRound`` (its ``clients`` packed as ``clients_g`` was).
   """
   index: ClientIndex = data.groups[group]
   idx, keys = group_draw(rt, group, sample_key, train_key)
   sampled = cl.gather_clients(clients_g, idx)
   tidx, tmask = cl.gather_clients((index.train_idx, index.train_mask), idx)
-  new, outputs = rt.map(client_fn, sampled, tidx, tmask, keys)
+  new, outputs = rt.map(packing.on_client(client_fn, clients_g), sampled, tidx, tmask, keys)
   weights = cl.gather_clients(index.num_train, idx).astype(jnp.float32)
   counts = None
   if eval_fn is not None:
     eidx, emask = cl.gather_clients((index.test_idx, index.test_mask), idx)
-    counts = rt.map(eval_fn, new, outputs, eidx, emask)
+    counts = rt.map(packing.on_client(eval_fn, clients_g, returns_state=False), new,
+                    outputs, eidx, emask)
   return GroupRound(cl.scatter_clients(clients_g, idx, new), outputs, weights, counts)
+
+
+def own_computation(fn: Callable, operands, witness: jax.Array):
+  """``fn(*operands)`` as a computation of its own in the compiled program.
+
+  A ``lax.cond`` on ``witness >= 0``, which XLA cannot fold (``witness`` is a runtime
+  value: a label of the pooled data, never negative), so ``fn``'s ops stay in the
+  conditional's branch and are fused there, apart from the loop body that calls it:
+  XLA's fusion passes, whose cost grows faster than a computation's size, see each
+  group's round alone (the GPU's ``priority-fusion`` did not finish on the five groups of
+  FedMoE's claims cell in one body; docs/performance.md, "Program size and compile
+  cost"). The other branch (never taken) returns zeros of ``fn``'s output shapes.
+
+  ``witness`` must not be batched by a ``vmap`` (a batched predicate turns the
+  conditional into a select of both branches): the pooled labels are shared by the
+  replicas of ``loop.run_seeds``.
+  """
+  shapes = jax.eval_shape(fn, *operands)
+
+  def never(*_):
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  return jax.lax.cond(witness >= 0, fn, never, *operands)
+
+
+def group_witness(data: FederatedData) -> jax.Array:
+  """The runtime scalar ``own_computation``'s predicates read: the first pooled label."""
+  return data.y[0]
 
 
 def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
@@ -301,24 +335,31 @@ def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
   Each client downloads ``proto.downlink(state.server, g)`` and trains; the outputs of
   each ``GroupRound`` are ``(upload, aux)`` per sampled slot. With ``rt.eval_sampled``
   each trained client is also evaluated on its own test split, with its own trained
-  shared block (``Protocol.trained_payload``), before the server aggregates.
+  shared block (``Protocol.trained_payload``), before the server aggregates. Each
+  group's download, sampling, training and evaluation is a computation of its own
+  (``own_computation``).
   """
   sample_key, train_key = round_keys(state)
+  witness = group_witness(data)
   results = []
   for g in range(rt.layout.num_groups):
-    payload = proto.downlink(state.server, g)
+    def group_round(server, clients_g, data, sample_key, train_key, g=g):
+      payload = proto.downlink(server, g)
 
-    def client_fn(client, idx, mask, key, g=g, payload=payload):
-      new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
-      return new, (upload, aux)
+      def client_fn(client, idx, mask, key):
+        new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
+        return new, (upload, aux)
 
-    def eval_fn(client, outputs, idx, mask, g=g, payload=payload):
-      own = (proto.trained_payload(payload, outputs[0]) if proto.trained_payload
-             else payload)
-      return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
-                                **rt.eval_options())
-    results.append(train_group(rt, g, state.clients[g], data, sample_key, train_key,
-                               client_fn, eval_fn if rt.eval_sampled else None))
+      def eval_fn(client, outputs, idx, mask):
+        own = (proto.trained_payload(payload, outputs[0]) if proto.trained_payload
+               else payload)
+        return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx,
+                                  mask, **rt.eval_options())
+      return train_group(rt, g, clients_g, data, sample_key, train_key, client_fn,
+                         eval_fn if rt.eval_sampled else None)
+    results.append(own_computation(
+        group_round, (state.server, state.clients[g], data, sample_key, train_key),
+        witness))
   return results
 
 
@@ -351,18 +392,27 @@ def evaluate_groups(rt: Runtime, state: State, data: FederatedData,
                     predict: Callable[[int, PyTree, PyTree], Callable]) -> tuple:
   """Test accuracy counts of every client of every group.
 
+  Each group's evaluation is a computation of its own (``own_computation``).
+
   Args:
-    predict: ``(group, client_state, server) -> (images -> logits)`` for one client.
+    predict: ``(group, client_state, server) -> (images -> logits)`` for one client
+      (its state as a tree).
 
   Returns:
     tuple over groups of ``(correct [n_g_padded], total [n_g_padded])``.
   """
+  witness = group_witness(data)
   out = []
-  for g, index in enumerate(data.groups):
-    def one(client, idx, mask, g=g):
-      return cl.evaluate_client(predict(g, client, state.server), data.x, data.y, idx, mask,
-                                **rt.eval_options())
-    out.append(rt.map(one, state.clients[g], index.test_idx, index.test_mask))
+  for g in range(len(data.groups)):
+    def group_eval(server, clients_g, data, g=g):
+      index = data.groups[g]
+
+      def one(client, idx, mask):
+        return cl.evaluate_client(predict(g, client, server), data.x, data.y, idx, mask,
+                                  **rt.eval_options())
+      return rt.map(packing.on_client(one, clients_g, returns_state=False), clients_g,
+                    index.test_idx, index.test_mask)
+    out.append(own_computation(group_eval, (state.server, state.clients[g], data), witness))
   return tuple(out)
 
 
@@ -410,9 +460,11 @@ def sampled_accuracy(groups: list[GroupRound]) -> jax.Array:
 
 
 def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree],
-                 key: jax.Array) -> PyTree:
-  """Stacked initial state of a group's (padded) clients, one key per client."""
-  return jax.vmap(init_one)(client_init_keys(key, group, rt.layout.padded_sizes[group]))
+                 key: jax.Array) -> packing.Packed:
+  """Initial state of a group's (padded) clients, one key per client, packed
+  (``packing.Packed``: one buffer per dtype, ``[padded_size, size]``)."""
+  keys = client_init_keys(key, group, rt.layout.padded_sizes[group])
+  return packing.pack(jax.vmap(init_one)(keys))
 
 
 def client_init_keys(key: jax.Array, group: int, padded_size: int) -> jax.Array:

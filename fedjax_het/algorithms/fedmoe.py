@@ -29,6 +29,7 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het import models
+from fedjax_het import packing
 from fedjax_het.algorithms import base
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
 from fedjax_het.algorithms.shared import dummy_input
@@ -189,7 +190,9 @@ def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidde
       x = cl.make_batch(data.x, data.y, idx, idx >= 0, **rt.batch_options()).x
       return net.gate_weights(client.params, client.model_state, x, train=False)[0]
 
-    weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(state.clients[g], index.test_idx)
+    clients_g = state.clients[g]
+    one = packing.on_client(one, clients_g, returns_state=False)
+    weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(clients_g, index.test_idx)
     out.append((weights, data.y[index.test_idx], index.test_mask))
   return out
 

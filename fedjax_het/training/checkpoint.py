@@ -138,7 +138,8 @@ class Checkpointer:
     return (f"checkpoint of round {step} not written to "
             f"{os.fspath(self.manager.directory)}: {why}; {kept}")
 
-  def restore_latest(self, abstract_state: PyTree) -> tuple[PyTree, dict] | None:
+  def restore_latest(self, abstract_state: PyTree, legacy: tuple | None = None
+                     ) -> tuple[PyTree, dict] | None:
     """The newest readable step as ``(state, meta)``, or None when there is none.
 
     In a multi-process run every process reads its own shards; a step counts as
@@ -146,6 +147,10 @@ class Checkpointer:
 
     Args:
       abstract_state: ``jax.ShapeDtypeStruct`` tree (with shardings) to restore into.
+      legacy: optional ``(abstract, convert, note)``: an older layout of the state that a
+        step which does not restore into ``abstract_state`` is tried in, ``convert``
+        turning what it restores into the current layout; ``note`` is logged when it
+        is used (checkpoints written before client states were packed).
     """
     for step in reversed(self.steps()):
       meta = self._restore_or_skip(step, "unreadable", "meta", ocp.args.JsonRestore())
@@ -157,20 +162,35 @@ class Checkpointer:
             f"checkpoint step {step} in {self.manager.directory} was written by a run with "
             f"a different config; differing keys: {diff}. Use another --workdir or set "
             "--fresh_start to discard it.")
-      state = self._restore_or_skip(step, "corrupted", "state",
-                                    ocp.args.StandardRestore(abstract_state))
+      layouts = [(abstract_state, None, None)] + ([legacy] if legacy else [])
+      state = self._restore_or_skip(step, "corrupted", "state", [
+          (ocp.args.StandardRestore(a), convert, note) for a, convert, note in layouts])
       if state is not None:
         return state, meta
     return None
 
   def _restore_or_skip(self, step: int, what: str, name: str, arg) -> PyTree | None:
-    """Item ``name`` of ``step``, or None (the step quarantined) if a process can't read it."""
-    try:
-      item, ok = self.manager.restore(step, args=ocp.args.Composite(**{name: arg}))[name], True
-    except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
+    """Item ``name`` of ``step``, or None (the step quarantined) if a process can't read it.
+
+    ``arg``: the orbax restore args, or a list of ``(args, convert, note)`` tried in
+    turn (``restore_latest``'s layouts): the first that restores is converted.
+    """
+    tries = arg if isinstance(arg, list) else [(arg, None, None)]
+    item, ok, errors = None, False, []
+    for args, convert, note in tries:
+      try:
+        item = self.manager.restore(step, args=ocp.args.Composite(**{name: args}))[name]
+      except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
+        errors.append(err)
+        continue
+      if convert is not None:
+        logging.warning("checkpoint step %d: %s", step, note)
+        item = convert(item)
+      ok = True
+      break
+    if not ok:
       logging.warning("checkpoint step %d is %s (%s); trying the previous one", step, what,
-                      err)
-      item, ok = None, False
+                      errors[0])
     if distributed.all_true(ok):
       return item
     self.quarantine(step)

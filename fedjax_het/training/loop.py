@@ -319,6 +319,11 @@ def _run_program(exps: list[Experiment], workdirs, data, data_axes, *, fresh_sta
   max_rounds = dispatch_rows(config.num_rounds)
   dispatch = compile_dispatch(exp, max_rounds, data_axes)
   runs, state = _open_runs(exps, workdirs, fns, primary=primary, log=log, batched=batched)
+  # the init ran once: its compiled program and what it freed (on the CPU quickstart
+  # about 600 MiB, docs/performance.md "Program size and compile cost") are given back
+  # before the dispatch compiles and runs
+  fns.init.clear_cache()
+  host_memory.release_freed()
   r = runs[0].start
   if r < config.num_rounds:
     seeds = (f" | seeds {', '.join(str(e.config.seed) for e in exps)} on a replica axis"

@@ -18,6 +18,7 @@ import numpy as np
 from fedjax_het import clients as clients_lib
 from fedjax_het import data as data_lib
 from fedjax_het import distributed
+from fedjax_het import packing
 from fedjax_het import sharding
 from fedjax_het.algorithms import Algorithm
 from fedjax_het.algorithms import State
@@ -151,6 +152,33 @@ def compile_fns(exp: Experiment) -> Program:
   return Program(init, run_rounds, evaluate, abstract)
 
 
+LEGACY_NOTE = ("written before client states were packed (one buffer per dtype, "
+               "fedjax_het.packing): restored as trees and packed")
+
+
+def legacy_layout(abstract: State) -> tuple | None:
+  """``Checkpointer.restore_latest``'s ``legacy`` for a state with packed client groups.
+
+  A checkpoint written before the packing holds each group's client state as a tree of
+  stacked leaves: it restores into the abstract trees ``packing.unpack_abstract`` gives
+  (same shardings), and is packed on the device after. None when nothing is packed.
+  """
+  if not any(packing.is_packed(c) for c in abstract.clients):
+    return None
+  trees = tuple(packing.unpack_abstract(c) if packing.is_packed(c) else c
+                for c in abstract.clients)
+  shards = tuple(jax.tree.map(lambda a: a.sharding, c) for c in abstract.clients)
+
+  def convert(state: State) -> State:
+    def one(tree, target, shard):
+      if not packing.is_packed(target):
+        return tree
+      lead = len(target.buffers[target.spec.dtypes[0]].shape) - 1
+      return jax.jit(lambda t: packing.pack(t, lead), out_shardings=shard)(tree)
+    return state.replace(clients=tuple(map(one, state.clients, abstract.clients, shards)))
+  return abstract.replace(clients=trees), convert, LEGACY_NOTE
+
+
 def client_accuracies(counts) -> tuple:
   """``evaluate``'s ``(correct, total)`` per group -> accuracy per group ``[..., n_g]``."""
   return tuple(c / jnp.maximum(t, 1.0) for c, t in counts)
@@ -216,6 +244,10 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     def body(carry):
       i, state, rows, accuracies = carry
       state, metrics = one_round(state, data)
+      # the round's state in the carry's shardings: the per-group conditionals
+      # (base.own_computation) drop them from their outputs' types, and ``evaluate``
+      # must see the state's types it was traced with (one trace)
+      state = jax.lax.with_sharding_constraint(state, shards)
       r = state.round[0] if replicas else state.round
       due = (r % eval_every == 0) | (r == num_rounds)
       accuracies = jax.lax.cond(due, lambda: client_accuracies(evaluate(state, data)),

@@ -21,6 +21,7 @@ from fedjax_het.data import partition_file
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import environment
 from fedjax_het.training import metrics as metrics_lib
+from fedjax_het.training import program as program_lib
 from fedjax_het.training.experiment import Experiment
 
 # Keys that may change when a run is resumed (they do not change what is computed).
@@ -117,7 +118,7 @@ class RunFiles:
     self.ckpt = ckpt_lib.Checkpointer(
         os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints,
         fingerprint=fingerprint(exp), defaults=validation.flat_defaults(config.algorithm))
-    restored = self.ckpt.restore_latest(abstract)
+    restored = self.ckpt.restore_latest(abstract, legacy=program_lib.legacy_layout(abstract))
     if restored is None:
       self.state = init(jax.random.PRNGKey(config.seed))
       meta = {"uplink_params": 0.0, "downlink_params": 0.0, "wall_s": 0.0}

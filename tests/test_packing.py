@@ -1,0 +1,154 @@
+"""Client state packed per group (``fedjax_het.packing``), each group's round its own
+computation (``base.own_computation``) and the op counter (``training.hlo_size``)."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_het import clients as cl
+from fedjax_het import packing
+from fedjax_het.algorithms import base
+from fedjax_het.training import checkpoint as ckpt_lib
+from fedjax_het.training import experiment
+from fedjax_het.training import hlo_size
+from fedjax_het.training import program
+
+
+def stacked_tree(n=3):
+  """A client state of four dtypes, stacked over ``n`` clients, every value distinct."""
+  r = np.arange(n)[:, None]
+  return base.ClientState(
+      params={"w": jnp.asarray(r * 100 + np.arange(6), jnp.float32).reshape(n, 2, 3),
+              "b": jnp.asarray(r * 10 + np.arange(2), jnp.bfloat16)},
+      model_state={"count": jnp.asarray(r[:, 0] + 7, jnp.int32), "seen": jnp.asarray(
+          np.arange(n * 4).reshape(n, 4) % 3 == 0)},
+      opt_state=(jnp.asarray(-r * 100 - np.arange(6), jnp.float32).reshape(n, 6),))
+
+
+def test_pack_holds_one_buffer_per_dtype_and_unpacks_bit_for_bit():
+  tree = stacked_tree()
+  packed = packing.pack(tree)
+  assert packed.spec.dtypes == ("bfloat16", "float32", "int32", "bool")
+  assert {d: b.shape for d, b in packed.buffers.items()} == {
+      "bfloat16": (3, 2), "float32": (3, 12), "int32": (3, 1), "bool": (3, 4)}
+  # each client's float32 leaves raveled in tree order: w then the momentum
+  np.testing.assert_array_equal(
+      packed.buffers["float32"][1],
+      np.concatenate([100 + np.arange(6), -100 - np.arange(6)]).astype(np.float32))
+  chex.assert_trees_all_equal(packing.unpack(packed), tree)
+  chex.assert_trees_all_equal_dtypes(packing.unpack(packed), tree)
+  # an attribute of the packed tree reads the stacked tree
+  chex.assert_trees_all_equal(packed.params, tree.params)
+
+
+def test_packed_is_a_pytree_of_its_buffers_with_a_static_spec():
+  packed = packing.pack(stacked_tree())
+  assert len(jax.tree.leaves(packed)) == 4
+  doubled = jax.tree.map(lambda b: b + b, packed)
+  assert isinstance(doubled, packing.Packed) and doubled.spec == packed.spec
+  paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(packed)]
+  assert paths == ["['bfloat16']", "['float32']", "['int32']", "['bool']"]
+  # the client axis maps to one client's tree inside a step (what train_group does)
+  row_sum = jax.vmap(packing.on_client(
+      lambda c: (c, jnp.sum(c.params["w"])), packed))(packed)[1]
+  np.testing.assert_array_equal(row_sum, [15.0, 615.0, 1215.0])
+  # eval_shape keeps the spec: abstract states carry it
+  abstract = jax.eval_shape(lambda: packing.pack(stacked_tree()))
+  assert abstract.spec == packed.spec
+
+
+def test_pack_like_casts_to_the_groups_dtypes_and_refuses_a_new_structure():
+  packed = packing.pack(stacked_tree())
+  one = jax.tree.map(lambda a: a[2], packing.unpack(packed))
+  drifted = one.replace(params=dict(one.params, b=one.params["b"].astype(jnp.float32)))
+  row = packing.pack_like(packed.spec, drifted)
+  chex.assert_trees_all_equal(row, jax.tree.map(lambda b: b[2], packed))
+  with pytest.raises(ValueError, match="structure changed"):
+    packing.pack_like(packed.spec, one.replace(opt_state=()))
+
+
+def test_pack_with_a_replica_axis_and_ragged_leading_axes():
+  tree = jax.tree.map(lambda a: jnp.stack([a, a + 1]), stacked_tree())  # [2, 3, ...]
+  packed = packing.pack(tree, lead=2)
+  assert packed.buffers["float32"].shape == (2, 3, 12)
+  chex.assert_trees_all_equal(packing.unpack(packed), tree)
+  with pytest.raises(ValueError, match="leading axes"):
+    packing.pack({"a": jnp.zeros((3, 2)), "b": jnp.zeros((4, 2))})
+
+
+def test_gather_and_scatter_of_a_packed_group_move_whole_clients():
+  tree = stacked_tree(4)
+  packed = packing.pack(tree)
+  idx = jnp.asarray([2, 0, np.iinfo(np.int32).max], jnp.int32)  # a padding slot last
+  rows = cl.gather_clients(packed, idx)
+  got = packing.unpack(rows)
+  np.testing.assert_array_equal(got.params["w"][0], tree.params["w"][2])
+  np.testing.assert_array_equal(got.model_state["count"], [9, 7, 0])  # padding: zeros
+  new = jax.tree.map(lambda b: (b + 1).astype(b.dtype) if b.dtype != jnp.bool_ else ~b, rows)
+  back = packing.unpack(cl.scatter_clients(packed, idx, new))
+  np.testing.assert_array_equal(back.model_state["count"], [8, 8, 10, 10])
+  np.testing.assert_array_equal(back.params["w"][1], tree.params["w"][1])  # not drawn
+  np.testing.assert_array_equal(back.params["w"][2], tree.params["w"][2] + 1)
+
+
+def while_program():
+  def f(x):
+    return jax.lax.while_loop(lambda c: c.sum() < 100, lambda c: c * 2 + 1, x)
+  return jax.jit(f).trace(jnp.ones(3)).lower()
+
+
+def test_hlo_size_counts_each_control_flow_region_as_a_computation():
+  # entry: the while; cond: 2 constants, reduce (+ its add), compare; body: 2 constants,
+  # 2 broadcasts, multiply, add. Terminators are not counted.
+  size = hlo_size.measure(while_program())
+  assert size == hlo_size.ProgramSize(total=12, largest=6, computations=3, entry=1,
+                                      module=12, largest_uncalled=6)
+
+
+def test_hlo_size_inlines_calls_and_lowers_for_cuda_without_a_gpu():
+  inner = jax.jit(lambda x: jnp.sin(x) * 2.0)  # a call XLA inlines
+
+  def f(x):
+    return inner(x) + inner(x + 1.0)
+  lowered = jax.jit(f).trace(jnp.ones(3))
+  here = hlo_size.measure(lowered.lower())
+  cuda = hlo_size.measure(lowered.lower(lowering_platforms=("cuda",)))
+  assert here.computations == cuda.computations == 1
+  assert here.largest == cuda.largest == here.total  # one computation: the entry
+  # the callee counted at each call site when inlined, once as written
+  callee = hlo_size.measure(inner.trace(jnp.ones(3)).lower()).total
+  assert here.module == here.total - callee
+  assert here.largest_uncalled == max(callee, here.total - 2 * callee)
+
+
+def test_each_groups_round_is_a_computation_of_its_own(tiny_config):
+  def size(models):
+    exp = experiment.prepare(tiny_config("standalone", models=models))
+    state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
+    return hlo_size.measure(jax.jit(exp.algorithm.round).trace(state, exp.data).lower())
+  one, two = size("tiny"), size("tiny,tiny2")
+  # a second architecture adds computations beside the first group's, not ops to the
+  # same body: the largest computation stays the 'tiny' group's (in one body the
+  # round's entry grew from 461 ops to 613 with the second group)
+  assert two.total > 1.6 * one.total
+  assert two.largest == one.largest
+  assert two.entry < one.entry + 0.1 * (two.total - one.total)
+
+
+def test_a_checkpoint_of_trees_resumes_into_packed_groups(tiny_config, tmp_path):
+  exp = experiment.prepare(tiny_config("fedmrl"))
+  fns = program.compile_fns(exp)
+  state = fns.init(jax.random.PRNGKey(3))
+  assert all(packing.is_packed(c) for c in state.clients)
+  # the layout written before the packing: every group's client state as a tree
+  old = state.replace(clients=tuple(packing.unpack(c) for c in state.clients))
+  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "ckpt"), max_to_keep=2, fingerprint={})
+  ckpt.save(1, old, {"round": 1})
+  ckpt.close()
+  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "ckpt"), max_to_keep=2, fingerprint={})
+  restored, meta = ckpt.restore_latest(fns.abstract, legacy=program.legacy_layout(fns.abstract))
+  assert meta["round"] == 1 and ckpt.steps() == [1]  # resumed, not set aside
+  chex.assert_trees_all_equal(restored, state)
+  assert restored.clients[0].buffers["float32"].sharding == (
+      fns.abstract.clients[0].buffers["float32"].sharding)
