@@ -5,6 +5,7 @@ r"""How big a run's two programs are and how long they take to trace, lower and 
       --algorithm=fedmoe --seeds=3
   python benchmarks/compile_time.py --sweep=experiments/claims/p1_classes.py \
       --algorithm=fedmoe --no_compile      # sizes only (here and for CUDA)
+  python benchmarks/compile_time.py --config=experiments/fedmrl.py:cpu --group_programs
 
 The init (``program.compile_fns(...).init``: every client's parameters and optimizer
 state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds and
@@ -19,12 +20,17 @@ stages the dispatch of S seeds on a replica axis, as ``sweep.py --seed_batch=S``
 them. Each line names the backend and the switches that change how XLA compiles
 (``XLA_FLAGS``, jax's ``jax_threefry_gpu_kernel_lowering``, the dispatch's XLA options of
 ``fedjax_het.training.compile_options``), so runs of one command
-under different switches can be told apart. The script sets no persistent compilation
+under different switches can be told apart. ``--group_programs`` then compiles each
+group's round and evaluation as a program of its own, one after another and on every
+CPU at once: the other way to keep the groups apart (docs/performance.md, "Program size
+and compile cost"). The script sets no persistent compilation
 cache (one set by ``JAX_COMPILATION_CACHE_DIR`` would serve a rerun from its cache).
 """
 import argparse
+import concurrent.futures
 import os
 import time
+from unittest import mock
 
 import jax
 import numpy as np
@@ -33,6 +39,7 @@ from init_compile import load
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
+from fedjax_het.algorithms import base
 from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
 from fedjax_het.training import hlo_size
@@ -50,8 +57,9 @@ def stage(jitted, *args, compile=True):
   """``(compiled or None, trace s, lower s, compile s, sizes)`` of ``jitted`` at ``args``.
 
   ``sizes``: the program's ``hlo_size.ProgramSize`` lowered for this machine's backend
-  and for CUDA (``lowering_platforms=('cuda',)``, which needs no GPU; None where this
-  jax cannot lower for CUDA).
+  and for CUDA (``lowering_platforms=('cuda',)``, which needs no GPU; a line ``not
+  lowered (...)`` saying why where this jax cannot lower for CUDA). ``compile=False``:
+  nothing compiled (None and a NaN compile time).
   """
   traced, trace_s = timed(jitted.trace, *args)
   lowered, lower_s = timed(traced.lower)
@@ -83,7 +91,7 @@ def switches(platform: str) -> str:
           f"dispatch options {options}")
 
 
-def measure(config, seeds: int = 1, log=print, compile=True) -> None:
+def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> None:
   """Stages and runs ``config``'s init, then its dispatch, logging a line after each.
 
   Each line gives the program's size (``hlo_size``) for this backend and for CUDA;
@@ -105,15 +113,14 @@ def measure(config, seeds: int = 1, log=print, compile=True) -> None:
   keys = [jax.random.PRNGKey(c.seed) for c in configs]
   sizes_only = not compile and seeds == 1  # the dispatch traced on the abstract state
   init_c, trace_s, lower_s, compile_s, sizes = stage(init, keys[0], compile=not sizes_only)
-  if sizes_only:
+  states = []
+  if sizes_only:  # nothing compiled: the init is not run
     log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, not compiled | "
         f"{size_line(sizes)}")
-    keys = []
-  states = []
-  for key in keys:
-    state, run_s = timed(init_c, key)
-    states.append(state)
-  if keys:
+  else:
+    for key in keys:
+      state, run_s = timed(init_c, key)
+      states.append(state)
     log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
         f"{compile_s:.1f} s, run {run_s:.2f} s | {size_line(sizes)}")
   if sizes_only:
@@ -135,6 +142,63 @@ def measure(config, seeds: int = 1, log=print, compile=True) -> None:
   _, two = timed(run, state, data, np.int32(2), dispatch.schedule)
   log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {compile_s:.1f} s, "
       f"first round {first:.2f} s, then {two / 2:.3f} s a round | {size_line(sizes)}")
+  if groups:
+    log(f"{name} | {group_programs(exp, fns.abstract, data)}")
+
+
+def group_computations(exp, state, data) -> list:
+  """``[(fn, abstract operands)]``: every computation of its own (``base.own_computation``:
+  each group's round, then each group's evaluation) of ``exp``'s round and evaluation.
+
+  ``base.own_computation`` is patched for the duration of one ``jax.eval_shape`` of each
+  and records what it is called with, so each can be jitted as a program of its own.
+  """
+  recorded, own = [], base.own_computation
+
+  def record(fn, operands, witness):
+    recorded.append((fn, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                      operands)))
+    return own(fn, operands, witness)
+  with mock.patch.object(base, "own_computation", record):
+    for fn in (exp.algorithm.round, exp.algorithm.evaluate):
+      # a new function each time: jit's trace cache must not answer for an earlier trace
+      jax.eval_shape(lambda s, d, fn=fn: fn(s, d), state, data)
+  return recorded
+
+
+def group_programs(exp, state, data, threads: int | None = None) -> str:
+  """The other way to keep groups apart: each group's computation a jitted program.
+
+  Stages every ``group_computations`` entry as its own program (what one jitted program
+  per group, composed by the host each round, would compile; the server's aggregation
+  would be one more), compiles them one after another, then all again at once on
+  ``threads`` threads (default: the CPU count; XLA's compile releases the GIL).
+
+  Returns:
+    The measurement line's text after the run's name.
+  """
+  computations = group_computations(exp, state, data)
+  t = time.perf_counter()
+  staged = [jax.jit(fn).trace(*operands) for fn, operands in computations]
+  trace_s = time.perf_counter() - t
+  t = time.perf_counter()
+  lowered = [s.lower() for s in staged]
+  lower_s = time.perf_counter() - t
+  serial = [timed(lo.compile)[1] for lo in lowered]
+  threads = threads or os.cpu_count() or 1
+  # jax keeps each lowering's executable: the same programs traced anew, as new functions
+  again = [jax.jit(lambda *a, fn=fn: fn(*a)).trace(*operands).lower()
+           for fn, operands in computations]
+  t = time.perf_counter()
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    list(pool.map(lambda lo: lo.compile(), again))
+  parallel_s = time.perf_counter() - t
+  cuda = [hlo_size.measure(s.lower(lowering_platforms=("cuda",))) for s in staged]
+  return (f"{len(staged)} group computations as programs of their own: trace "
+          f"{trace_s:.1f} s, lower {lower_s:.1f} s, compile {sum(serial):.1f} s one after another (largest "
+          f"{max(serial):.1f} s), {parallel_s:.1f} s on {threads} threads | cuda: "
+          f"{sum(c.module for c in cuda)} StableHLO ops as written, largest computation "
+          f"{max(c.largest_uncalled for c in cuda)}")
 
 
 def main(argv=None):
@@ -147,16 +211,23 @@ def main(argv=None):
                  help="only the programs' sizes (StableHLO ops here and for CUDA) and "
                       "their trace and lower seconds: nothing compiled (but the init "
                       "with --seeds > 1)")
+  p.add_argument("--group_programs", action="store_true",
+                 help="then each group's round and evaluation as a jitted program of its "
+                      "own, compiled one after another and on every CPU at once (the "
+                      "other way to keep groups apart; one seed)")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
     if args.seeds < 1:
       raise ValueError(f"--seeds={args.seeds}: must be >= 1")
+    if args.group_programs and (args.seeds > 1 or args.no_compile):
+      raise ValueError("--group_programs compiles one seed's programs: without --seeds "
+                       "or --no_compile")
     config = load(args)
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   measure(config, args.seeds, log=lambda line: print(line, flush=True),
-          compile=not args.no_compile)
+          compile=not args.no_compile, groups=args.group_programs)
 
 
 if __name__ == "__main__":

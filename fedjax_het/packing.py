@@ -124,20 +124,15 @@ def pack(tree: PyTree, lead: int = 1) -> Packed:
     tree: stacked state; every leaf has the same ``lead`` leading axes.
     lead: how many leading axes are stacking axes (1: the client axis).
   """
-  spec = pack_spec(tree, lead)
   leaves = jax.tree.leaves(tree)
   if not leaves:
     raise ValueError("pack: the tree has no leaves (nothing to pack)")
   batch = tuple(leaves[0].shape[:lead])
-  parts: dict[str, list] = {d: [] for d in spec.dtypes}
-  for leaf, ls in zip(leaves, spec.leaves):
+  for leaf in leaves:
     if tuple(leaf.shape[:lead]) != batch:
       raise ValueError(f"pack: leaves disagree on their {lead} leading axes: "
                        f"{tuple(leaf.shape[:lead])} vs {batch}")
-    parts[ls.dtype].append(jnp.reshape(leaf, batch + (ls.size,)))
-  buffers = {d: p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1)
-             for d, p in parts.items()}
-  return Packed(buffers, spec)
+  return pack_like(pack_spec(tree, lead), tree, lead)
 
 
 def unpack(packed: Packed) -> PyTree:

@@ -213,9 +213,20 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
   for line, program in zip(lines, ("init", "dispatch of 1 seed")):
     assert re.fullmatch(rf"{name} \| {program}: trace {number} s, lower {number} s, "
                         rf"not compiled{sizes}", line)
+  # --group_programs: each group's round and evaluation compiled as a program of its own
+  compile_time.main([f"--config={config}", *sets, "--group_programs"])
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 3
+  assert re.fullmatch(rf"{name} \| 2 group computations as programs of their own: trace "
+                      rf"{number} s, lower {number} s, compile {number} s one after "
+                      rf"another \(largest {number} s\), {number} s on \d+ threads \| "
+                      r"cuda: \d+ StableHLO ops as written, largest computation \d+",
+                      lines[2])
   for bad, says in ((["--sweep=experiments/claims/p1_classes.py"],
                      "give --config, or --sweep with --algorithm"),
-                    ([f"--config={config}", "--seeds=0"], "--seeds=0: must be >= 1")):
+                    ([f"--config={config}", "--seeds=0"], "--seeds=0: must be >= 1"),
+                    ([f"--config={config}", "--seeds=2", "--group_programs"],
+                     "--group_programs compiles one seed's programs")):
     with pytest.raises(SystemExit):
       compile_time.main(bad)
     assert says in capsys.readouterr().err

@@ -136,6 +136,25 @@ def test_each_groups_round_is_a_computation_of_its_own(tiny_config):
   assert two.entry < one.entry + 0.1 * (two.total - one.total)
 
 
+def test_own_computation_traces_its_function_once_and_never_takes_the_other_branch():
+  traces = []
+
+  def fn(x, y):
+    traces.append(1)  # one per trace of fn
+    return {"sum": x + y, "twice": 2 * x}
+
+  run = jax.jit(lambda x, y, w: base.own_computation(fn, (x, y), w))
+  x, y = jnp.arange(3.0), jnp.ones(3)
+  out = run(x, y, jnp.int32(0))
+  # the output shapes and the branch share one trace (it was traced twice before)
+  assert len(traces) == 1
+  chex.assert_trees_all_close(out, {"sum": np.array([1.0, 2.0, 3.0]),
+                                    "twice": np.array([0.0, 2.0, 4.0])})
+  # a negative witness (never a pooled label) takes the zeros branch
+  chex.assert_trees_all_close(run(x, y, jnp.int32(-1)), {"sum": np.zeros(3),
+                                                         "twice": np.zeros(3)})
+
+
 def test_a_checkpoint_of_trees_resumes_into_packed_groups(tiny_config, tmp_path):
   exp = experiment.prepare(tiny_config("fedmrl"))
   fns = program.compile_fns(exp)

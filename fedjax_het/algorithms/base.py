@@ -315,7 +315,11 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   ``witness`` must not be batched by a ``vmap`` (a batched predicate turns the
   conditional into a select of both branches): the pooled labels are shared by the
   replicas of ``loop.run_seeds``.
+
+  ``fn`` is traced once: its output shapes and the branch share jit's trace of it
+  (``jax.jit(fn, inline=True)``, inlined into the branch as if ``fn`` were called).
   """
+  fn = jax.jit(fn, inline=True)
   shapes = jax.eval_shape(fn, *operands)
 
   def never(*_):
