@@ -11,7 +11,8 @@ The init (``program.compile_fns(...).init``: every client's parameters and optim
 state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds and
 their evaluations in one ``lax.while_loop``), each staged by hand (``trace``, ``lower``,
 ``compile``) and then run: the init once, the dispatch for one round and for two, so its
-line also gives the seconds of a round. Each line ends with the program's size
+line also gives the seconds of a round and the megabytes of temporaries the compiled
+program allocates beside its arguments and outputs. Each line ends with the program's size
 (``fedjax_het.training.hlo_size``: StableHLO ops in all and in its largest computation)
 lowered for this machine's backend and for CUDA (no GPU needed). A line is printed as
 each program is done (a call stopped while the dispatch compiles still tells the
@@ -75,6 +76,15 @@ def stage(jitted, *args, compile=True):
   return compiled, trace_s, lower_s, compile_s, sizes
 
 
+def temporaries(compiled) -> str:
+  """``temporaries N MB``: the buffers the compiled program allocates while it runs,
+  beside its arguments and outputs (``memory_analysis().temp_size_in_bytes``)."""
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return "temporaries unknown"
+  return f"temporaries {stats.temp_size_in_bytes / 1e6:.1f} MB"
+
+
 def size_line(sizes: dict) -> str:
   """``cpu: N StableHLO ops, largest computation M (...); cuda: ...``."""
   return "; ".join(f"{platform}: {size}" for platform, size in sizes.items())
@@ -122,7 +132,7 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> No
       state, run_s = timed(init_c, key)
       states.append(state)
     log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
-        f"{compile_s:.1f} s, run {run_s:.2f} s | {size_line(sizes)}")
+        f"{compile_s:.1f} s, run {run_s:.2f} s, {temporaries(init_c)} | {size_line(sizes)}")
   if sizes_only:
     data, axes, state = exp.data, None, fns.abstract
   elif seeds == 1:
@@ -141,7 +151,8 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> No
   (state, _, _), first = timed(run, state, data, np.int32(1), dispatch.schedule)
   _, two = timed(run, state, data, np.int32(2), dispatch.schedule)
   log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {compile_s:.1f} s, "
-      f"first round {first:.2f} s, then {two / 2:.3f} s a round | {size_line(sizes)}")
+      f"first round {first:.2f} s, then {two / 2:.3f} s a round, {temporaries(run)} | "
+      f"{size_line(sizes)}")
   if groups:
     log(f"{name} | {group_programs(exp, fns.abstract, data)}")
 

@@ -203,10 +203,12 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
             r"\d+ ops, largest \d+\)")
     sizes = rf" \| cpu: {size}; cuda: {size}"
     assert re.fullmatch(rf"{name} \| init: trace {number} s, lower {number} s, compile "
-                        rf"{number} s, run {number} s{sizes}", lines[0])
+                        rf"{number} s, run {number} s, temporaries {number} MB{sizes}",
+                        lines[0])
     assert re.fullmatch(rf"{name} \| dispatch of {seeds} seed{plural}: trace {number} s, "
                         rf"lower {number} s, compile {number} s, first round {number} s, "
-                        rf"then {number} s a round{sizes}", lines[1])
+                        rf"then {number} s a round, temporaries {number} MB{sizes}",
+                        lines[1])
   # --no_compile: the dispatch's sizes and its trace and lower seconds only
   compile_time.main([f"--config={config}", *sets, "--no_compile"])
   lines = capsys.readouterr().out.splitlines()

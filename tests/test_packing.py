@@ -9,6 +9,7 @@ import pytest
 from fedjax_het import clients as cl
 from fedjax_het import packing
 from fedjax_het.algorithms import base
+from fedjax_het.data.federated import Layout
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import experiment
 from fedjax_het.training import hlo_size
@@ -150,9 +151,50 @@ def test_own_computation_traces_its_function_once_and_never_takes_the_other_bran
   assert len(traces) == 1
   chex.assert_trees_all_close(out, {"sum": np.array([1.0, 2.0, 3.0]),
                                     "twice": np.array([0.0, 2.0, 4.0])})
-  # a negative witness (never a pooled label) takes the zeros branch
-  chex.assert_trees_all_close(run(x, y, jnp.int32(-1)), {"sum": np.zeros(3),
-                                                         "twice": np.zeros(3)})
+  # a negative witness (never a pooled label) takes the other branch: the operands of
+  # the outputs' shapes, in order (base.stand_ins)
+  chex.assert_trees_all_close(run(x, y, jnp.int32(-1)), {"sum": x, "twice": y})
+
+
+def test_stand_ins_forward_operands_of_the_same_shape_and_dtype_else_zeros():
+  shapes = {"a": jax.ShapeDtypeStruct((2,), jnp.float32),
+            "b": jax.ShapeDtypeStruct((2,), jnp.float32),
+            "c": jax.ShapeDtypeStruct((2,), jnp.int32),
+            "d": jax.ShapeDtypeStruct((3,), jnp.float32)}
+  f1, f2 = jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0])
+  i1 = jnp.array([5, 6], jnp.int32)
+  # each operand stands in once, in leaf order; nothing of shape (3,): zeros; the int
+  # operand only for the int output
+  got = base.stand_ins(shapes, (i1, (f1, f2)))
+  chex.assert_trees_all_equal(got, {"a": f1, "b": f2, "c": i1,
+                                    "d": jnp.zeros(3, jnp.float32)})
+  got = base.stand_ins(shapes, (f1,))
+  chex.assert_trees_all_equal(got, {"a": f1, "b": jnp.zeros(2), "c": jnp.zeros(2, jnp.int32),
+                                    "d": jnp.zeros(3)})
+
+
+def test_own_computation_updates_its_operand_in_place():
+  # a round's shape: a loop whose body updates a stacked state inside own_computation;
+  # a branch of zeros made XLA copy the state into the conditional's output (a
+  # temporary the size of the state), a forwarded operand lets it alias
+  rows = 100_000
+
+  def run(state, witness):
+    def group(state):
+      return jax.lax.fori_loop(
+          0, 2, lambda k, s: jax.lax.dynamic_update_index_in_dim(s, s[k] * 1.01, k, 0),
+          state)
+
+    def body(carry):
+      i, state = carry
+      return i + 1, base.own_computation(group, (state,), witness)
+    return jax.lax.while_loop(lambda c: c[0] < 3, body, (0, state))[1]
+
+  state = jnp.ones((2, rows), jnp.float32)
+  compiled = jax.jit(run, donate_argnums=0).lower(state, jnp.int32(0)).compile()
+  assert compiled.memory_analysis().temp_size_in_bytes < state.nbytes / 2
+  np.testing.assert_allclose(compiled(jnp.ones((2, rows)), jnp.int32(0))[:, :2],
+                             np.full((2, 2), 1.01 ** 3), rtol=1e-6)
 
 
 def test_a_checkpoint_of_trees_resumes_into_packed_groups(tiny_config, tmp_path):
@@ -171,3 +213,35 @@ def test_a_checkpoint_of_trees_resumes_into_packed_groups(tiny_config, tmp_path)
   chex.assert_trees_all_equal(restored, state)
   assert restored.clients[0].buffers["float32"].sharding == (
       fns.abstract.clients[0].buffers["float32"].sharding)
+
+
+def draw_client(key):
+  """One client's initial state: leaves of two dtypes drawn from ``key``."""
+  k1, k2 = jax.random.split(key)
+  return {"w": jax.random.normal(k1, (50_000,)), "b": jax.random.uniform(k2, (3, 2)),
+          "step": jax.random.randint(k2, (), 0, 9)}
+
+
+def test_init_clients_packs_each_clients_own_draw():
+  layout = Layout(("tiny", "tiny2"), ((0, 1, 2, 3), (4, 5, 6, 7, 8)), (4, 6), 9, 10)
+  rt = base.Runtime(layout)
+  key = jax.random.PRNGKey(5)
+  packed = jax.jit(lambda k: base.init_clients(rt, 1, draw_client, k))(key)
+  chex.assert_shape(packed.buffers["float32"], (6, 50_006))
+  # row j: client j's own draw from its key, leaves concatenated per dtype in tree order
+  # (row 5 pads the group of five to six: drawn too, as every padded row is)
+  keys = jax.random.split(jax.random.fold_in(key, 1), 6)
+  for j in range(6):
+    own = draw_client(keys[j])
+    np.testing.assert_array_equal(packed.buffers["float32"][j],
+                                  np.concatenate([np.ravel(own["b"]), own["w"]]))
+    np.testing.assert_array_equal(packed.buffers["int32"][j], [own["step"]])
+
+
+def test_init_clients_draws_one_client_at_a_time():
+  # drawn at once, every client's leaves were a temporary as large as the group's state
+  rt = base.Runtime(Layout(("tiny",), (tuple(range(8)),), (8,), 8, 10))
+  compiled = jax.jit(lambda k: base.init_clients(rt, 0, draw_client, k)).lower(
+      jax.random.PRNGKey(0)).compile()
+  state_bytes = 8 * 50_007 * 4
+  assert compiled.memory_analysis().temp_size_in_bytes < state_bytes / 2

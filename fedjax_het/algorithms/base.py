@@ -310,7 +310,11 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   XLA's fusion passes, whose cost grows faster than a computation's size, see each
   group's round alone (the GPU's ``priority-fusion`` did not finish on the five groups of
   FedMoE's claims cell in one body; docs/performance.md, "Program size and compile
-  cost"). The other branch (never taken) returns zeros of ``fn``'s output shapes.
+  cost"). The other branch (never taken) returns ``stand_ins``: for each output, an
+  operand of its shape and dtype where there is one. A branch of zeros would make XLA
+  copy each group's state into the conditional's output buffer on every round instead of
+  updating it in place (the P1 FedMoE dispatch's temporaries: 2.41 GB with zeros, 0.52
+  GB with operands; docs/performance.md, "Program size and compile cost").
 
   ``witness`` must not be batched by a ``vmap`` (a batched predicate turns the
   conditional into a select of both branches): the pooled labels are shared by the
@@ -322,9 +326,34 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   fn = jax.jit(fn, inline=True)
   shapes = jax.eval_shape(fn, *operands)
 
-  def never(*_):
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  def never(*args):
+    return stand_ins(shapes, args)
   return jax.lax.cond(witness >= 0, fn, never, *operands)
+
+
+def stand_ins(shapes, operands):
+  """Values of ``shapes`` for a branch that is never taken.
+
+  Each output, in ``shapes``' leaf order, takes the first leaf of ``operands`` of its
+  shape and dtype not already taken, and zeros where none is left: the branch then
+  forwards buffers instead of filling new ones, so XLA can give the conditional's output
+  the operand's buffer (a group's stacked state in, the same state out).
+
+  Args:
+    shapes: a tree of ``jax.ShapeDtypeStruct`` (``jax.eval_shape`` of the taken branch).
+    operands: the branch's operands (any tree of arrays).
+
+  Returns:
+    A tree of ``shapes``' structure.
+  """
+  free = {}
+  for leaf in jax.tree.leaves(operands):
+    free.setdefault((leaf.shape, jnp.dtype(leaf.dtype)), []).append(leaf)
+
+  def one(s):
+    same = free.get((s.shape, jnp.dtype(s.dtype)))
+    return same.pop(0) if same else jnp.zeros(s.shape, s.dtype)
+  return jax.tree.map(one, shapes)
 
 
 def group_witness(data: FederatedData) -> jax.Array:
@@ -466,9 +495,18 @@ def sampled_accuracy(groups: list[GroupRound]) -> jax.Array:
 def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree],
                  key: jax.Array) -> packing.Packed:
   """Initial state of a group's (padded) clients, one key per client, packed
-  (``packing.Packed``: one buffer per dtype, ``[padded_size, size]``)."""
+  (``packing.Packed``: one buffer per dtype, ``[padded_size, size]``).
+
+  The clients are drawn one at a time (``lax.map``), each client's tree packed into its
+  row as it is drawn. Drawn all at once (``vmap``), every leaf of every client was a
+  temporary beside the packed buffers, as much memory again as the group's state (the
+  P1 FedMoE init's temporaries: 1.94 GB drawn at once, 0.11 GB one at a time, and the
+  same bits with jax's default threefry keys; docs/performance.md, "Program size and
+  compile cost"). Row j is ``init_one`` of client j's key whatever the device count and
+  the key implementation ('rbg' keys draw other bits under ``vmap``).
+  """
   keys = client_init_keys(key, group, rt.layout.padded_sizes[group])
-  return packing.pack(jax.vmap(init_one)(keys))
+  return jax.lax.map(lambda k: packing.pack(init_one(k), lead=0), keys)
 
 
 def client_init_keys(key: jax.Array, group: int, padded_size: int) -> jax.Array:
