@@ -247,6 +247,13 @@ def test_init_clients_draws_one_client_at_a_time():
   assert compiled.memory_analysis().temp_size_in_bytes < state_bytes / 2
 
 
+def with_value(packed, dtype, where, value):
+  """``packed`` with ``value`` written at ``where`` of its ``dtype`` buffer."""
+  buffers = dict(packed.buffers)
+  buffers[dtype] = buffers[dtype].at[where].set(value)
+  return packing.Packed(buffers, packed.spec)
+
+
 @pytest.mark.parametrize("where", [(0, 0), (1, 1), (-1, -1)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_finite_groups_flags_each_non_finite_value_by_numpy(where, bad):
@@ -262,22 +269,18 @@ def test_finite_groups_flags_each_non_finite_value_by_numpy(where, bad):
     return [all(np.all(np.isfinite(np.asarray(x, np.float64))) for x in jax.tree.leaves(t)
                 if jnp.issubdtype(x.dtype, jnp.inexact)) for t in trees]
   np.testing.assert_array_equal(check(state), [True, True, True])  # the largest float too
-  # a bad value in the second group's float32 buffer, its bfloat16 buffer, the server
-  buf = state.clients[1].buffers["float32"]
-  hit = state.replace(clients=(state.clients[0], packing.Packed(
-      dict(state.clients[1].buffers, float32=buf.at[where].set(bad)), state.clients[1].spec)))
+  # a bad value in the second group's float32 buffer, the first's bfloat16 buffer, the
+  # server
+  first, second = state.clients
+  hit = state.replace(clients=(first, with_value(second, "float32", where, bad)))
   np.testing.assert_array_equal(check(hit), by_numpy(hit))
   np.testing.assert_array_equal(check(hit), [True, False, True])
-  bf = state.clients[0].buffers["bfloat16"]
-  hit = state.replace(clients=(packing.Packed(
-      dict(state.clients[0].buffers, bfloat16=bf.at[where].set(bad)), state.clients[0].spec),
-      state.clients[1]))
+  hit = state.replace(clients=(with_value(first, "bfloat16", where, bad), second))
   np.testing.assert_array_equal(check(hit), [False, True, True])
   hit = state.replace(server=dict(server, theta=server["theta"].at[where[1]].set(bad)))
   np.testing.assert_array_equal(check(hit), by_numpy(hit))
   np.testing.assert_array_equal(check(hit), [True, True, False])
   # a large buffer (vectorized reductions: a max over it can skip a NaN)
   large = packing.pack({"w": jnp.ones((2, 100_003))})
-  hit = state.replace(clients=(packing.Packed(
-      {"float32": large.buffers["float32"].at[where].set(bad)}, large.spec), state.clients[1]))
+  hit = state.replace(clients=(with_value(large, "float32", where, bad), second))
   np.testing.assert_array_equal(check(hit), [False, True, True])
