@@ -6,13 +6,17 @@ r"""How big a run's two programs are and how long they take to trace, lower and 
   python benchmarks/compile_time.py --sweep=experiments/claims/p1_classes.py \
       --algorithm=fedmoe --no_compile      # sizes only (here and for CUDA)
   python benchmarks/compile_time.py --config=experiments/fedmrl.py:cpu --group_programs
+  python benchmarks/compile_time.py --config=experiments/fedmrl.py:cpu --kernel_kinds
 
 The init (``program.compile_fns(...).init``: every client's parameters and optimizer
 state) and the dispatch ``loop.run`` calls (``program.compile_dispatch``: rounds and
 their evaluations in one ``lax.while_loop``), each staged by hand (``trace``, ``lower``,
 ``compile``) and then run: the init once, the dispatch for one round and for two, so its
 line also gives the seconds of a round and the megabytes of temporaries the compiled
-program allocates beside its arguments and outputs. Each line ends with the program's size
+program allocates beside its arguments and outputs, and the kernels XLA generated code for
+(``hlo_size.kernels``: the optimized program's fused computations, and how many distinct
+bodies they have; on a CPU the compile follows the distinct ones; ``--kernel_kinds`` adds
+a line of them by kind). Each line ends with the program's size
 (``fedjax_het.training.hlo_size``: StableHLO ops in all and in its largest computation)
 lowered for this machine's backend and for CUDA (no GPU needed). A line is printed as
 each program is done (a call stopped while the dispatch compiles still tells the
@@ -77,12 +81,13 @@ def stage(jitted, *args, compile=True):
 
 
 def temporaries(compiled) -> str:
-  """``temporaries N MB``: the buffers the compiled program allocates while it runs,
-  beside its arguments and outputs (``memory_analysis().temp_size_in_bytes``)."""
+  """``temporaries N MB, F fused computations, K distinct kernels``: the buffers the
+  compiled program allocates while it runs, beside its arguments and outputs
+  (``memory_analysis().temp_size_in_bytes``), and its kernels (``hlo_size.kernels``)."""
   stats = compiled.memory_analysis()
-  if stats is None:
-    return "temporaries unknown"
-  return f"temporaries {stats.temp_size_in_bytes / 1e6:.1f} MB"
+  memory = ("temporaries unknown" if stats is None
+            else f"temporaries {stats.temp_size_in_bytes / 1e6:.1f} MB")
+  return f"{memory}, {hlo_size.kernels(compiled)}"
 
 
 def size_line(sizes: dict) -> str:
@@ -101,12 +106,20 @@ def switches(platform: str) -> str:
           f"dispatch options {options}")
 
 
-def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> None:
+def kinds_line(compiled) -> str:
+  """``kernels by kind: K1 kind1, K2 kind2, ...`` (``hlo_size.kernel_kinds``)."""
+  return "kernels by kind: " + ", ".join(
+      f"{n} {kind}" for kind, n in hlo_size.kernel_kinds(compiled).items())
+
+
+def measure(config, seeds: int = 1, log=print, compile=True, groups=False,
+            kinds=False) -> None:
   """Stages and runs ``config``'s init, then its dispatch, logging a line after each.
 
   Each line gives the program's size (``hlo_size``) for this backend and for CUDA;
   ``compile=False`` stops at the sizes: nothing is compiled or run (with ``seeds`` > 1
-  the init is, to stack the replicas' states).
+  the init is, to stack the replicas' states). ``kinds``: a line more after each compiled
+  program, its distinct kernels by kind (``hlo_size.kernel_kinds``).
   """
   configs = [config]
   for s in range(1, seeds):
@@ -133,6 +146,8 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> No
       states.append(state)
     log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
         f"{compile_s:.1f} s, run {run_s:.2f} s, {temporaries(init_c)} | {size_line(sizes)}")
+    if kinds:
+      log(f"{name} | init {kinds_line(init_c)}")
   if sizes_only:
     data, axes, state = exp.data, None, fns.abstract
   elif seeds == 1:
@@ -153,6 +168,8 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False) -> No
   log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {compile_s:.1f} s, "
       f"first round {first:.2f} s, then {two / 2:.3f} s a round, {temporaries(run)} | "
       f"{size_line(sizes)}")
+  if kinds:
+    log(f"{what} {kinds_line(run)}")
   if groups:
     log(f"{name} | {group_programs(exp, fns.abstract, data)}")
 
@@ -226,6 +243,9 @@ def main(argv=None):
                  help="then each group's round and evaluation as a jitted program of its "
                       "own, compiled one after another and on every CPU at once (the "
                       "other way to keep groups apart; one seed)")
+  p.add_argument("--kernel_kinds", action="store_true",
+                 help="a line more after each compiled program: its distinct kernels by "
+                      "kind (the op each is named after: dot, reduce, slice, ...)")
   args = p.parse_args(argv)
   cli_lib.quiet([""])
   try:
@@ -238,7 +258,7 @@ def main(argv=None):
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   measure(config, args.seeds, log=lambda line: print(line, flush=True),
-          compile=not args.no_compile, groups=args.group_programs)
+          compile=not args.no_compile, groups=args.group_programs, kinds=args.kernel_kinds)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ client axis. One round of a group is:
    compiled program (CPU, where a loop is faster); steps over padding are masked out.
 4. ``scatter_clients``: the trained state goes back into the group's stacked state.
 
+Looped on one device, 2-4 are one ``update_clients_in_place``: each sampled client's
+row is read where the group's state lives, trained, and written back in place.
+
 Padded client slots (to fill the device count) and padded examples carry masks, so the
 compiled round has the same shapes every round.
 """
@@ -142,6 +145,53 @@ def gather_clients(tree: PyTree, idx: jax.Array) -> PyTree:
 def scatter_clients(tree: PyTree, idx: jax.Array, rows: PyTree) -> PyTree:
   """Writes ``rows`` at ``idx`` into every leaf; out-of-range rows are dropped."""
   return jax.tree.map(lambda a, r: a.at[idx].set(r.astype(a.dtype), mode="drop"), tree, rows)
+
+
+def update_clients_in_place(fn: Callable, tree: PyTree, idx: jax.Array, *args):
+  """``fn`` on rows ``idx`` of ``tree`` one after another, each written back in place.
+
+  The looped form of ``gather_clients``, ``map_clients`` and ``scatter_clients``: a
+  ``lax.scan`` over the slots whose carry is the stacked state itself, so XLA reads each
+  client's row where it lives and updates it in place, instead of copying the sampled
+  clients' rows out and scattering their results back. The carry also holds the row's
+  index, set by the slot before: each leaf's slice of a row then reads a plain index,
+  as a ``lax.map`` over the group's own clients (the evaluation's) does, and XLA makes
+  one kernel of the two (docs/performance.md, "Program size and compile cost").
+
+  An out-of-range slot (padding: ``idx >= n``, or negative) reads a clamped row (a
+  client's own; ``fn`` must not let a slot with no examples change anything that
+  counts, as the masks do) and writes nothing.
+
+  Args:
+    fn: ``(row, *slot_args) -> (new_row, outputs)`` for one client.
+    tree: the stacked state ``[n, ...]`` (a ``packing.Packed`` or a tree).
+    idx: int32 ``[m]`` rows to run, without repeats (out of range: a padding slot).
+    *args: per-slot arguments, leading axis ``m``.
+
+  Returns:
+    ``(tree with the rows updated, outputs stacked over the m slots)``.
+  """
+  n = jax.tree.leaves(tree)[0].shape[0]
+  # clamped here, outside the loop, as are `valid` and `nxt`
+  at = jnp.clip(idx, 0, n - 1)
+  valid = (idx >= 0) & (idx < n)
+
+  def row(stacked, i):
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(
+        a, i, keepdims=False, allow_negative_indices=False), stacked)
+
+  def slot(carry, inputs):
+    i, stacked = carry
+    nxt, valid, slot_args = inputs
+    old = row(stacked, i)
+    new, outputs = fn(old, *slot_args)
+    new = jax.tree.map(lambda a, b: jnp.where(valid, a.astype(b.dtype), b), new, old)
+    stacked = jax.tree.map(lambda a, r: jax.lax.dynamic_update_index_in_dim(
+        a, r, i, 0, allow_negative_indices=False), stacked, new)
+    return (nxt, stacked), outputs
+  first = at[0] if idx.shape[0] else jnp.zeros((), at.dtype)
+  (_, tree), outputs = jax.lax.scan(slot, (first, tree), (jnp.roll(at, -1), valid, args))
+  return tree, outputs
 
 
 def resolve_parallelism(parallelism: str) -> str:

@@ -202,12 +202,13 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
     size = (r"\d+ StableHLO ops, largest computation \d+ \(\d+ computations; as written "
             r"\d+ ops, largest \d+\)")
     sizes = rf" \| cpu: {size}; cuda: {size}"
+    kernels = r"[1-9]\d* fused computations, [1-9]\d* distinct kernels"
     assert re.fullmatch(rf"{name} \| init: trace {number} s, lower {number} s, compile "
-                        rf"{number} s, run {number} s, temporaries {number} MB{sizes}",
+                        rf"{number} s, run {number} s, temporaries {number} MB, {kernels}{sizes}",
                         lines[0])
     assert re.fullmatch(rf"{name} \| dispatch of {seeds} seed{plural}: trace {number} s, "
                         rf"lower {number} s, compile {number} s, first round {number} s, "
-                        rf"then {number} s a round, temporaries {number} MB{sizes}",
+                        rf"then {number} s a round, temporaries {number} MB, {kernels}{sizes}",
                         lines[1])
   # --no_compile: the dispatch's sizes and its trace and lower seconds only
   compile_time.main([f"--config={config}", *sets, "--no_compile"])
@@ -215,6 +216,15 @@ def test_compile_time_stages_init_and_dispatch_of_one_and_of_several_seeds(synth
   for line, program in zip(lines, ("init", "dispatch of 1 seed")):
     assert re.fullmatch(rf"{name} \| {program}: trace {number} s, lower {number} s, "
                         rf"not compiled{sizes}", line)
+  # --kernel_kinds: a line more after each program, its distinct kernels by kind
+  compile_time.main([f"--config={config}", *sets, "--kernel_kinds"])
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 4
+  kind = r"[1-9]\d* [a-z\-]+"
+  for line, program in ((lines[1], "init"), (lines[3], "dispatch of 1 seed")):
+    assert re.fullmatch(rf"{name} \| {program} kernels by kind: {kind}(, {kind})*", line)
+  distinct = int(re.search(r"(\d+) distinct kernels", lines[2]).group(1))
+  assert sum(map(int, re.findall(r"(\d+) [a-z\-]+", lines[3].split("kernels by kind: ")[1]))) == distinct
   # --group_programs: each group's round and evaluation compiled as a program of its own
   compile_time.main([f"--config={config}", *sets, "--group_programs"])
   lines = capsys.readouterr().out.splitlines()

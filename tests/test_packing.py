@@ -1,5 +1,6 @@
 """Client state packed per group (``fedjax_het.packing``), each group's round its own
-computation (``base.own_computation``) and the op counter (``training.hlo_size``)."""
+computation (``base.own_computation``) and the op and kernel counters
+(``training.hlo_size``)."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -93,6 +94,79 @@ def test_gather_and_scatter_of_a_packed_group_move_whole_clients():
   np.testing.assert_array_equal(back.params["w"][2], tree.params["w"][2] + 1)
 
 
+def test_update_clients_in_place_trains_the_drawn_rows_in_order_by_numpy():
+  # each slot reads its client's row as the slots before left it, writes it back; a
+  # padding slot (out of range) reads the clamped last row and writes nothing
+  tree = stacked_tree(4)
+  packed = packing.pack(tree)
+  idx = jnp.asarray([2, 0, np.iinfo(np.int32).max], jnp.int32)
+  inc = jnp.asarray([10.0, 20.0, 30.0], jnp.float32)
+
+  def fn(row, inc):
+    new = jax.tree.map(lambda b: (b + inc).astype(b.dtype) if b.dtype != jnp.bool_ else ~b,
+                       row)
+    return new, jnp.sum(row.buffers["float32"])
+  got, seen = jax.jit(lambda p, i, a: cl.update_clients_in_place(fn, p, i, a))(
+      packed, idx, inc)
+  want = {d: np.array(b) for d, b in packed.buffers.items()}
+  want_seen = []
+  for i, a in zip(np.asarray(idx), np.asarray(inc)):
+    r = min(int(i), 3)
+    want_seen.append(want["float32"][r].sum())
+    if i < 4:
+      for d, b in want.items():
+        b[r] = ~b[r] if d == "bool" else (b[r].astype(np.float32) + a).astype(b.dtype)
+  for d, b in want.items():
+    np.testing.assert_array_equal(np.asarray(got.buffers[d]), b)
+  np.testing.assert_allclose(seen, want_seen, rtol=1e-6)
+  # the same state as gathering, mapping and scattering the rows
+  rows = cl.gather_clients(packed, idx)
+  new, _ = jax.vmap(fn)(rows, inc)
+  back = cl.scatter_clients(packed, idx, new)
+  chex.assert_trees_all_equal(got.buffers, back.buffers)
+  # a negative slot writes nothing either; no slots at all leave the state as it was
+  for none in (jnp.asarray([-1], jnp.int32), jnp.zeros((0,), jnp.int32)):
+    same, seen = cl.update_clients_in_place(fn, packed, none, jnp.ones(none.shape))
+    chex.assert_trees_all_equal(same.buffers, packed.buffers)
+    assert seen.shape == none.shape
+
+
+def test_update_clients_in_place_reads_rows_with_the_evaluations_kernels():
+  # a round's shape on CPU: the sampled clients trained in place, then every client of
+  # the group evaluated by a lax.map over its rows. Each leaf's slice of a row must be
+  # the evaluation's own kernel (the row's index a plain value), not one that also reads
+  # the slots' indices: every kernel that slices the group's buffer is one of the
+  # evaluation's
+  n, d = 6, 8
+  spec_tree = {"w": jnp.zeros((n, d, d)), "v": jnp.zeros((n, d, 3))}
+  packed = packing.pack(spec_tree)
+  x = jnp.ones((5, d))
+
+  def predict(client):
+    return jnp.sum((x @ client["w"]) @ client["v"])
+
+  def evaluate(p):
+    return jax.lax.map(lambda r: predict(packing.unpack(r)), p)
+
+  def train(p, idx):
+    def fn(row, _):
+      c = packing.unpack(row)
+      g = jax.grad(predict)(c)
+      return packing.pack_like(row.spec, jax.tree.map(lambda a, b: a - 0.1 * b, c, g)), 0
+    return cl.update_clients_in_place(fn, p, idx, jnp.zeros(idx.shape))[0]
+
+  idx = jnp.asarray([4, 1], jnp.int32)
+  both = jax.jit(lambda p, i: evaluate(train(p, i))).lower(packed, idx).compile()
+  alone = jax.jit(evaluate).lower(packed).compile()
+  shape = f"f32[{n},{packed.buffers['float32'].shape[-1]}]"
+  slicing = lambda c: {b for b in hlo_size.kernel_bodies(c)
+                       if "dynamic-slice(" in b and shape in b and "dynamic-update-slice" not in b}
+  assert slicing(alone)  # the evaluation slices the buffer row by row
+  assert slicing(both) == slicing(alone), (
+      "the in-place loop's row slices are kernels of their own: "
+      f"{len(slicing(both) - slicing(alone))} not among the evaluation's")
+
+
 def while_program():
   def f(x):
     return jax.lax.while_loop(lambda c: c.sum() < 100, lambda c: c * 2 + 1, x)
@@ -121,6 +195,78 @@ def test_hlo_size_inlines_calls_and_lowers_for_cuda_without_a_gpu():
   callee = hlo_size.measure(inner.trace(jnp.ones(3)).lower()).total
   assert here.module == here.total - callee
   assert here.largest_uncalled == max(callee, here.total - 2 * callee)
+
+
+HLO_TEXT = """HloModule m, is_scheduled=true
+
+%region_0.1 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add.9 = f32[] add(%a, %b)
+}
+
+%fused_computation (param_0.2: f32[8]) -> f32[8] {
+  %param_0.2 = f32[8]{0} parameter(0)
+  %constant.0 = f32[] constant(2)
+  %broadcast.0 = f32[8]{0} broadcast(%constant.0), dimensions={}
+  ROOT %mul.0 = f32[8]{0} multiply(%param_0.2, %broadcast.0), metadata={op_name="a"}
+}
+
+%fused_computation.1 (param_0.6: f32[8]) -> f32[8] {
+  %param_0.6 = f32[8]{0} parameter(0)
+  %constant.6 = f32[] constant(2)
+  %broadcast.4 = f32[8]{0} broadcast(%constant.6), dimensions={}
+  ROOT %mul.2 = f32[8]{0} multiply(%param_0.6, %broadcast.4), metadata={op_name="b"}
+}
+
+%fused_computation.2 (param_0.9: f32[8]) -> f32[8] {
+  %param_0.9 = f32[8]{0} parameter(0)
+  %constant.8 = f32[] constant(3)
+  %broadcast.6 = f32[8]{0} broadcast(%constant.8), dimensions={}
+  ROOT %mul.3 = f32[8]{0} multiply(%param_0.9, %broadcast.6)
+}
+
+%wrapped_slice_computation (param_0.4: f32[16]) -> f32[8] {
+  %param_0.4 = f32[16]{0} parameter(0)
+  ROOT %slice.1 = f32[8]{0} slice(%param_0.4), slice={[0:8]}
+}
+
+ENTRY %main.1 (x.1: f32[16]) -> (f32[8], f32[8], f32[8], f32[]) {
+  %x.1 = f32[16]{0} parameter(0)
+  %wrapped_slice = f32[8]{0} fusion(%x.1), kind=kLoop, calls=%wrapped_slice_computation
+  %f0 = f32[8]{0} fusion(%wrapped_slice), kind=kLoop, calls=%fused_computation
+  %f1 = f32[8]{0} fusion(%wrapped_slice), kind=kLoop, calls=%fused_computation.1
+  %f2 = f32[8]{0} fusion(%wrapped_slice), kind=kLoop, calls=%fused_computation.2
+  %zero = f32[] constant(0)
+  %r = f32[] reduce(%f2, %zero), dimensions={0}, to_apply=%region_0.1
+  ROOT %t = (f32[8]{0}, f32[8]{0}, f32[8]{0}, f32[]) tuple(%f0, %f1, %f2, %r)
+}
+"""
+
+
+def test_kernels_counts_fused_computations_their_distinct_bodies_and_kinds():
+  # four fused computations (the wrapped slice one too, called by a fusion op); the
+  # first two differ only in names and metadata: one kernel. A reduce's combiner and
+  # the entry are no kernels.
+  assert hlo_size.kernels(HLO_TEXT) == hlo_size.KernelCount(fusions=4, distinct=3)
+  assert str(hlo_size.kernels(HLO_TEXT)) == "4 fused computations, 3 distinct kernels"
+  assert hlo_size.kernel_kinds(HLO_TEXT) == {"elementwise": 2, "slice": 1}
+  # a constant or a slice bound makes another kernel
+  assert hlo_size.kernels(HLO_TEXT.replace("constant(2)\n  %broadcast.4",
+                                           "constant(5)\n  %broadcast.4")).distinct == 4
+
+
+def test_kernels_reads_a_compiled_program():
+  # the same fusion on two inputs of one shape, another on a third: fewer distinct
+  # kernels than fused computations
+  def f(a, b, c):
+    return jnp.sin(a) * 2.0 + 1.0, jnp.sin(b) * 2.0 + 1.0, jnp.sin(c) * 3.0 + 1.0
+  x = jnp.ones(1000)
+  count = hlo_size.kernels(jax.jit(f).trace(x, x + 1, x + 2).lower().compile())
+  assert count.fusions >= 3
+  assert 2 <= count.distinct < count.fusions
+  kinds = hlo_size.kernel_kinds(jax.jit(f).trace(x, x + 1, x + 2).lower().compile())
+  assert sum(kinds.values()) == count.distinct
 
 
 def test_each_groups_round_is_a_computation_of_its_own(tiny_config):

@@ -220,6 +220,13 @@ class Runtime:
     floors, fractions = cl.group_quotas(self.layout.group_sizes, self.participation)
     return floors[group] + fractions[group]
 
+  @property
+  def in_place(self) -> bool:
+    """Whether a group's sampled clients train in place, one after another
+    (``clients.update_clients_in_place``): clients looped on one device."""
+    return (cl.resolve_parallelism(self.client_parallelism) == "sequential"
+            and self.num_shards <= 1)
+
   def map(self, fn, *args):
     """``clients.map_clients`` with this runtime's parallelism and shards."""
     args = sharding.constrain_clients(args, self.mesh)
@@ -271,11 +278,18 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
                 client_fn: Callable, eval_fn: Callable | None = None) -> GroupRound:
   """Samples the clients of a group, runs ``client_fn`` on each, writes them back.
 
+  Clients looped on one device (``Runtime.in_place``) are trained in place, one after
+  another (``clients.update_clients_in_place``), each evaluated right after its
+  training; otherwise the sampled clients' rows are gathered, mapped over
+  (``Runtime.map``) and scattered back. A padding slot (a client drawn out of range) has
+  no examples: it trains and counts nothing, and writes nothing back either way.
+
   Args:
     rt: the runtime.
     group: group number (static).
     clients_g: the group's stacked client state [n_g_padded, ...]: a ``packing.Packed``
-      (as ``init_clients`` makes it: one gather and one scatter per buffer) or a tree.
+      (as ``init_clients`` makes it: a row per client, one slice or gather and one
+      write per buffer) or a tree.
     data: the federated data.
     sample_key, train_key: this round's keys (see ``round_keys``).
     client_fn: ``(client_state, train_idx [n], train_mask [n], key) -> (client_state,
@@ -289,15 +303,22 @@ def train_group(rt: Runtime, group: int, clients_g: PyTree, data: FederatedData,
   """
   index: ClientIndex = data.groups[group]
   idx, keys = group_draw(rt, group, sample_key, train_key)
-  sampled = cl.gather_clients(clients_g, idx)
   tidx, tmask = cl.gather_clients((index.train_idx, index.train_mask), idx)
-  new, outputs = rt.map(packing.on_client(client_fn, clients_g), sampled, tidx, tmask, keys)
   weights = cl.gather_clients(index.num_train, idx).astype(jnp.float32)
-  counts = None
-  if eval_fn is not None:
-    eidx, emask = cl.gather_clients((index.test_idx, index.test_mask), idx)
-    counts = rt.map(packing.on_client(eval_fn, clients_g, returns_state=False), new,
-                    outputs, eidx, emask)
+  train = packing.on_client(client_fn, clients_g)
+  evaluate = (None if eval_fn is None
+              else packing.on_client(eval_fn, clients_g, returns_state=False))
+  test = None if evaluate is None else cl.gather_clients(
+      (index.test_idx, index.test_mask), idx)
+  if rt.in_place:
+    def slot(row, tidx, tmask, key, test):
+      new, outputs = train(row, tidx, tmask, key)
+      return new, (outputs, None if evaluate is None else evaluate(new, outputs, *test))
+    clients_g, (outputs, counts) = cl.update_clients_in_place(
+        slot, clients_g, idx, tidx, tmask, keys, test)
+    return GroupRound(clients_g, outputs, weights, counts)
+  new, outputs = rt.map(train, cl.gather_clients(clients_g, idx), tidx, tmask, keys)
+  counts = None if evaluate is None else rt.map(evaluate, new, outputs, *test)
   return GroupRound(cl.scatter_clients(clients_g, idx, new), outputs, weights, counts)
 
 

@@ -15,9 +15,18 @@ Terminators (``return``) are not counted.
 
 The second needs no GPU: jax lowers for CUDA on any machine (``benchmarks/compile_time.py``
 prints both for a run's dispatch).
+
+After XLA's passes, what a CPU compile costs follows the *kernels* it generates code for
+(``kernels``): each fused computation of the optimized program is a kernel, and XLA:CPU
+emits one function per distinct body (identical fusions share one), each through MLIR
+and LLVM; a profile of the quickstart dispatch's compile spent most of its samples
+there (docs/performance.md).
+
+  census = hlo_size.kernels(jax.jit(f).trace(*args).lower().compile())
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 CONTROL_FLOW = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if",
@@ -110,3 +119,85 @@ def measure(lowered) -> ProgramSize:
     written.append(count(f.regions[0], written, lambda _: 0))
   return ProgramSize(sum(inlined), max(inlined), len(inlined), entry_size, sum(written),
                      max(written))
+
+
+class KernelCount(NamedTuple):
+  """The fused computations of a compiled program.
+
+  Attributes:
+    fusions: fused computations in the optimized HLO module (one per fusion op).
+    distinct: how many different bodies they have (names and metadata ignored): the
+      kernels a backend that shares identical fusions generates code for.
+  """
+  fusions: int
+  distinct: int
+
+  def __str__(self) -> str:
+    return f"{self.fusions} fused computations, {self.distinct} distinct kernels"
+
+
+# an HLO value's or computation's name (``%fused_computation.12``, ``param_0.3``)
+_HLO_NAME = re.compile(r"%[\w.\-]+")
+_METADATA = re.compile(r", metadata=\{[^}]*\}")
+
+
+def _computations(text: str):
+  """``(header, body lines)`` of each computation of an HLO module's text."""
+  header, body = None, []
+  for line in text.splitlines():
+    stripped = line.strip()
+    if header is None:
+      if stripped.endswith("{") and "(" in stripped and not stripped.startswith("HloModule"):
+        header, body = stripped, []
+    elif stripped == "}":
+      yield header, body
+      header = None
+    else:
+      body.append(stripped)
+
+
+def kernels(compiled_or_text) -> KernelCount:
+  """``KernelCount`` of a compiled program (``jax.stages.Compiled``) or of its HLO text.
+
+  A fused computation is one whose name starts with ``fused`` or that a ``fusion`` op
+  calls (``calls=``); two count as one kernel when their bodies agree once value names
+  and metadata are set aside (shapes, constants and slice bounds do count).
+  """
+  bodies = kernel_bodies(compiled_or_text)
+  return KernelCount(len(bodies), len(set(bodies)))
+
+
+# what a kernel is named after: the first of these ops its body holds (else "elementwise")
+KERNEL_KINDS = ("convolution", "dot", "select-and-scatter", "reduce-window", "scatter",
+                "gather", "sort", "reduce", "dynamic-update-slice", "dynamic-slice",
+                "concatenate", "slice", "pad", "transpose")
+_OPCODE = re.compile(r"\s([a-z][a-z\-]*)\(")
+
+
+def kernel_kinds(compiled_or_text) -> dict[str, int]:
+  """The distinct kernels of ``kernels`` by kind, most first: a kernel is named after the
+  first op of ``KERNEL_KINDS`` its body holds, ``elementwise`` where it holds none."""
+  counts: dict[str, int] = {}
+  for body in set(kernel_bodies(compiled_or_text)):
+    ops = set(_OPCODE.findall(body))
+    kind = next((k for k in KERNEL_KINDS if k in ops), "elementwise")
+    counts[kind] = counts.get(kind, 0) + 1
+  return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def kernel_bodies(compiled_or_text) -> list[str]:
+  """Each fused computation's body as text, value names and metadata set aside: equal
+  texts are one kernel (``kernels``)."""
+  text = (compiled_or_text if isinstance(compiled_or_text, str)
+          else compiled_or_text.as_text())
+  called = set(re.findall(r" fusion\(.*?calls=(%?[\w.\-]+)", text))
+  called = {name.lstrip("%") for name in called}
+  bodies = []
+  for header, body in _computations(text):
+    name = header.split()[0].lstrip("%")
+    if header.startswith("ENTRY"):
+      continue
+    if not (name.startswith("fused") or name in called):
+      continue
+    bodies.append("\n".join(_METADATA.sub("", _HLO_NAME.sub("%", line)) for line in body))
+  return bodies
