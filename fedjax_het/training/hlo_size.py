@@ -16,11 +16,11 @@ Terminators (``return``) are not counted.
 The second needs no GPU: jax lowers for CUDA on any machine (``benchmarks/compile_time.py``
 prints both for a run's dispatch).
 
-After XLA's passes, what a CPU compile costs follows the *kernels* it generates code for
-(``kernels``): each fused computation of the optimized program is a kernel, and XLA:CPU
-emits one function per distinct body (identical fusions share one), each through MLIR
-and LLVM; a profile of the quickstart dispatch's compile spent most of its samples
-there (docs/performance.md).
+After XLA's passes, the optimized program is a set of *kernels* (``kernels``): each fused
+computation is one, and XLA:CPU generates code (through MLIR and LLVM) once per distinct
+body. On the 2-core CPU a dispatch's compile grew with its fused computations, about
+4 ms each, far more than with the distinct ones (docs/performance.md, "Program size and
+compile cost").
 
   census = hlo_size.kernels(jax.jit(f).trace(*args).lower().compile())
 """
