@@ -81,7 +81,7 @@ def stage(jitted, *args, compile=True):
   return compiled, trace_s, lower_s, compile_s, sizes
 
 
-def temporaries(compiled) -> str:
+def memory_and_kernels(compiled) -> str:
   """``temporaries N MB, F fused computations, K distinct kernels``: the buffers the
   compiled program allocates while it runs, beside its arguments and outputs
   (``memory_analysis().temp_size_in_bytes``), and its kernels (``hlo_size.kernels``)."""
@@ -146,7 +146,7 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False,
       state, run_s = timed(init_c, key)
       states.append(state)
     log(f"{name} | init: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile "
-        f"{compile_s:.1f} s, run {run_s:.2f} s, {temporaries(init_c)} | {size_line(sizes)}")
+        f"{compile_s:.1f} s, run {run_s:.2f} s, {memory_and_kernels(init_c)} | {size_line(sizes)}")
     if kinds:
       log(f"{name} | init {kinds_line(init_c)}")
   if sizes_only:
@@ -167,7 +167,7 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False,
   (state, _, _), first = timed(run, state, data, np.int32(1), dispatch.schedule)
   _, two = timed(run, state, data, np.int32(2), dispatch.schedule)
   log(f"{what}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {compile_s:.1f} s, "
-      f"first round {first:.2f} s, then {two / 2:.3f} s a round, {temporaries(run)} | "
+      f"first round {first:.2f} s, then {two / 2:.3f} s a round, {memory_and_kernels(run)} | "
       f"{size_line(sizes)}")
   if kinds:
     log(f"{what} {kinds_line(run)}")

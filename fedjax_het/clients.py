@@ -147,6 +147,19 @@ def scatter_clients(tree: PyTree, idx: jax.Array, rows: PyTree) -> PyTree:
   return jax.tree.map(lambda a, r: a.at[idx].set(r.astype(a.dtype), mode="drop"), tree, rows)
 
 
+def row(tree: PyTree, i: jax.Array) -> PyTree:
+  """Slot ``i`` of every leaf's leading axis (``i`` in range: no negative indices)."""
+  return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(
+      a, i, keepdims=False, allow_negative_indices=False), tree)
+
+
+def set_row(tree: PyTree, i: jax.Array, value: PyTree) -> PyTree:
+  """``tree`` with slot ``i`` of every leaf's leading axis set to ``value``'s leaf, which
+  XLA writes in place where ``tree`` is a loop's carry."""
+  return jax.tree.map(lambda a, v: jax.lax.dynamic_update_index_in_dim(
+      a, v, i, 0, allow_negative_indices=False), tree, value)
+
+
 def update_clients_in_place(fn: Callable, tree: PyTree, idx: jax.Array, *args):
   """``fn`` on rows ``idx`` of ``tree`` one after another, each written back in place.
 
@@ -176,19 +189,13 @@ def update_clients_in_place(fn: Callable, tree: PyTree, idx: jax.Array, *args):
   at = jnp.clip(idx, 0, n - 1)
   valid = (idx >= 0) & (idx < n)
 
-  def row(stacked, i):
-    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(
-        a, i, keepdims=False, allow_negative_indices=False), stacked)
-
   def slot(carry, inputs):
     i, stacked = carry
     nxt, valid, slot_args = inputs
     old = row(stacked, i)
     new, outputs = fn(old, *slot_args)
     new = jax.tree.map(lambda a, b: jnp.where(valid, a.astype(b.dtype), b), new, old)
-    stacked = jax.tree.map(lambda a, r: jax.lax.dynamic_update_index_in_dim(
-        a, r, i, 0, allow_negative_indices=False), stacked, new)
-    return (nxt, stacked), outputs
+    return (nxt, set_row(stacked, i, new)), outputs
   first = at[0] if idx.shape[0] else jnp.zeros((), at.dtype)
   (_, tree), outputs = jax.lax.scan(slot, (first, tree), (jnp.roll(at, -1), valid, args))
   return tree, outputs

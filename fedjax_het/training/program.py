@@ -315,8 +315,6 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
     return jax.vmap(fn, in_axes=(0, data_axes))
   fn = traced_once(fn)  # its shapes below and the loop body share one trace
   is_axis = lambda a: a is None or isinstance(a, int)  # noqa: E731
-  at = lambda tree, i: jax.tree.map(  # noqa: E731
-      lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), tree)
 
   def mapped(state, data):
     stacked = jax.tree.map(lambda ax, d: d if ax == 0 else None, data_axes, data,
@@ -339,10 +337,9 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
     rest = jax.tree.map(lambda a: jnp.zeros((num,) + a.shape, a.dtype), out[1])
 
     def body(i, carry):
-      new_state, new_rest = one(at(carry[0], i), at(stacked, i))
-      put = lambda tree, v: jax.tree.map(  # noqa: E731
-          lambda x, y: jax.lax.dynamic_update_index_in_dim(x, y, i, 0), tree, v)
-      return put(carry[0], new_state), put(carry[1], new_rest)
+      new_state, new_rest = one(clients_lib.row(carry[0], i), clients_lib.row(stacked, i))
+      return (clients_lib.set_row(carry[0], i, new_state),
+              clients_lib.set_row(carry[1], i, new_rest))
     return jax.lax.fori_loop(0, num, body, (state, rest))
   return mapped
 
