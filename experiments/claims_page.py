@@ -25,7 +25,8 @@ OUT = flags.DEFINE_string("out", "docs/claims.md", "The Markdown page to write."
 LEDGER = flags.DEFINE_string("ledger", os.path.join(os.path.dirname(__file__), "claims",
                                                     "ledger.py"),
                              "The ledger file (ABOUT, CLAIMS and NOT_TESTED; "
-                             "optionally SIDE_BY_SIDE).")
+                             "optionally OPENING, BUDGETS, READINGS with "
+                             "READING_NAMES and PAPERS_READING, and NOTE).")
 FIGURES = flags.DEFINE_string("figures", "",
                               "Where the figures go (default <results>/claims/figures).")
 GATES = flags.DEFINE_bool("gates", True, "Write gates.json beside each finished run of a "
@@ -50,11 +51,15 @@ def main(argv):
         results=RESULTS.value, notes=ledger.NOT_TESTED, about=ledger.ABOUT,
         command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
         failures=claim_runs.load_failures(RESULTS.value, ledger.CLAIMS),
-        side_by_side=getattr(ledger, "SIDE_BY_SIDE", ()))
+        opening=getattr(ledger, "OPENING", ()), budgets=getattr(ledger, "BUDGETS", None),
+        readings=getattr(ledger, "READINGS", ()),
+        reading_names=getattr(ledger, "READING_NAMES", ()),
+        papers_reading=getattr(ledger, "PAPERS_READING", ""),
+        note=getattr(ledger, "NOTE", ""))
   except (ValueError, FileNotFoundError) as err:
     cli_lib.fail(err)
   tables.write_text(OUT.value, text)
-  print(f"wrote {OUT.value}: {len(ledger.CLAIMS)} claims", flush=True)
+  print(f"wrote {OUT.value}: {len(ledger.CLAIMS)} rows", flush=True)
 
 
 if __name__ == "__main__":

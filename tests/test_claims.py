@@ -181,9 +181,12 @@ def test_claims_page_reads_rounds_and_links_figures_that_exist(tmp_path):
   text = claims_page.render(ledger, runs, page_path=page,
                        figures_dir=os.path.join(results, "figures"), results=results,
                        notes=[("P5", "needs checkpoints")])
-  assert text.splitlines()[4].startswith("2 of 3 claims have finished runs")
+  assert "| **all** | **3** | **0** |" in text  # 3 claims, none at a shorter budget
+  assert "3 claims, each counted once at its longest budget (2 with finished runs)" in text
   assert "| not run | a claim |" in text and "| pending |" in text
-  assert "| 12 | +3.60 ± 0.69 (n=3) | rising (+3.00 ± 0.58 / 10 rounds) | reproduced |" in text
+  assert ("| 12 | +3.60 ± 0.69 (n=3) | rising (+3.00 ± 0.58 / 10 rounds) | reproduced | "
+          "fedmoe 53.6% (no floor: no partition.json); standalone 50.0% (no floor: no "
+          "partition.json) |") in text
   assert "- **P5**: needs checkpoints" in text
   assert "`differs`, a claim of no difference with a difference beyond them." in text
   links = [line.split("](")[1].rstrip(")") for line in text.splitlines()
@@ -199,9 +202,9 @@ def test_the_summary_counts_every_verdict_it_read():
   rows = [(c, [verdicts.Reading(20, None, 1.0, se, None, verdicts.claim_verdict(1.0, se, c))])
           for c, se in zip(three, (0.1, float("nan")))] + [(three[2], [])]
   assert [rs[0].verdict for _, rs in rows[:2]] == ["reproduced", verdicts.ONE_SEED]
-  assert claims_page.summary_lines(rows)[0] == (
-      "2 of 3 claims have finished runs; at the longest budget read: 1 reproduced, "
-      "1 one seed: no verdict.")
+  assert claims_page.counts_lines(rows)[2:] == [
+      "| reproduced | 1 | 0 |", f"| {verdicts.ONE_SEED} | 1 | 0 |",
+      f"| {claims_page.PENDING} | 1 | 0 |", "| **all** | **3** | **0** |"]
 
 
 def test_a_figure_says_what_is_subtracted_from_what():
@@ -486,10 +489,8 @@ def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_pa
   assert (r.trend.first, r.trend.last) == (9, 12)
   assert r.trend.level == pytest.approx(-2.25) and r.window == "differs"
   assert r.trend.level_se == pytest.approx(0.35 / math.sqrt(3))  # seeds: -2.0, -2.65, -2.1
-  assert claims_page.summary_lines([(claim, [r])])[1] == (
-      "Read as the mean difference over the last third of the rounds rather than at the "
-      "round read, the verdict differs: S4 at round 12: reproduced (+0.00 ± 0.58), over "
-      "rounds 9-12: differs (-2.25 ± 0.20).")
+  assert claims_page.window_table([(claim, [r])])[2] == (
+      "| S4 | round 12: reproduced (+0.00 ± 0.58) | rounds 9-12: differs (-2.25 ± 0.20) |")
   assert claims_page.window_lines([r]) == [
       "Round 12: +0.00 ± 0.58, reproduced; over rounds 9-12 (the last third), the mean "
       "difference -2.25 ± 0.20: differs."]
@@ -497,10 +498,9 @@ def test_a_noisy_last_round_is_named_where_the_last_third_reads_otherwise(tmp_pa
   text = claims_page.render([claim], runs, page_path=page,
                        figures_dir=os.path.join(results, "figures"), results=results)
   assert claims_page.window_lines([r])[0] in text.split("### S4")[1]  # the figure's text
-  # where both readings agree, the summary names nothing
+  # where both readings agree, the page names nothing
   same = verdicts.Reading(12, r.diffs, r.mean, r.se, r.trend, "differs", "differs")
-  assert not any(line.startswith("Read as") for line in
-                 claims_page.summary_lines([(claim, [same])]))
+  assert claims_page.window_table([(claim, [same])]) == []
 
 
 def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
@@ -547,7 +547,7 @@ def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
                        figures_dir=os.path.join(results, "figures"), results=results,
                        failures=failures)
   assert (f"Runs that failed are left out of their claims' pairs: S3: {text}."
-          in page.split("| claim |")[0])
+          in page.split("## Every row")[0])
   assert f"Failed, so not read: {text}." in page.split("### S3")[1]
   without = claims_page.render([claim], runs, page_path=str(tmp_path / "c.md"),
                           figures_dir=os.path.join(results, "figures"), results=results)
@@ -564,3 +564,21 @@ def test_a_failed_run_is_named_and_left_out_of_the_pairs(tmp_path):
   both = claims.Group("abl", "moss", "a", (claims.Group("more", "moss", "a"),))
   runs = claim_runs.load_sweeps(results, [claims.Claim("S3", "", None, "", both, b, (2,), ())])
   assert claim_runs.failed_runs(both, failures, runs) == []
+
+
+def test_the_ledger_names_its_budgets_readings_and_opening_rows():
+  """Every row has a budget; the opening's comparisons and the readings' rows exist;
+  a comparison's rows at T and 3 T share their cell but for the rounds."""
+  ledger = load_module(os.path.join(CLAIMS, "ledger.py"))
+  ids = {c.id for c in ledger.CLAIMS}
+  assert set(ledger.BUDGETS) == ids
+  headlines = {c.headline for c in ledger.CLAIMS if c.headline}
+  assert {n for _, names in ledger.OPENING for n in names} <= headlines
+  for _, rows in ledger.READINGS:
+    assert len(rows) == len(ledger.READING_NAMES)
+    assert {r for r in rows if r} <= ids, rows
+  n100 = [b for b in ledger.BUDGETS.values() if b[0].startswith("N=100")]
+  assert n100 and all(b[1] == (100, 100, 5) and b[2] == (500, 400, 10) for b in n100)
+  for name in ("S6 Moss vs FD", "S6 Moss vs FedKD", "S6 Moss vs FML",
+               "S6 Moss vs LG-FedAvg"):
+    assert name in headlines

@@ -92,10 +92,10 @@ class Claim:
     target: a ``'target'`` claim's accuracy (a fraction in (0, 1]).
     measure: a ``'target'`` claim's cost, or what a ``'gates'`` claim's weights differ
       across (``MEASURES``).
-    floor: an accuracy (a fraction in [0, 1)) a side of a ``'paired'`` or ``'clients'``
-      comparison must end above for a verdict, where it is higher than the chance level
-      of the side's clients' own label sets (``verdicts.side_floor``); None: that
-      chance level alone.
+    floor: an accuracy (a fraction in [0, 1)) every side of the row must end above for
+      a verdict, where it is higher than the side's own floor (``verdicts``: per client
+      the better of guessing from its label shares and always answering its commonest
+      class, on its test set); None: that floor alone.
   """
   id: str
   paper: str
