@@ -582,3 +582,22 @@ def test_the_ledger_names_its_budgets_readings_and_opening_rows():
   for name in ("S6 Moss vs FD", "S6 Moss vs FedKD", "S6 Moss vs FML",
                "S6 Moss vs LG-FedAvg"):
     assert name in headlines
+
+
+def test_the_committed_ledger_gives_no_verdict_against_a_side_at_its_floor():
+  """Over the committed results: every side of every row has its floor and both rates;
+  a row with a side at its floor is ``uninformative``; the counts add up to the
+  claims, each once."""
+  ledger = load_module(os.path.join(CLAIMS, "ledger.py"))
+  runs = claim_runs.load_sweeps(os.path.join(ROOT, "results"), ledger.CLAIMS)
+  rows = [(c, verdicts.read(c, runs)) for c in ledger.CLAIMS]
+  for c, found in rows:
+    for r in found:
+      assert r.sides and all(not math.isnan(s.floor) and s.guess <= s.floor
+                             and s.commonest <= s.floor for s in r.sides), c.id
+      if any(s.at_floor for s in r.sides):
+        assert r.verdict == verdicts.UNINFORMATIVE, c.id
+  table = claims_page.counts_lines(rows)
+  claims_count = len({c.headline or c.id for c in ledger.CLAIMS})
+  assert table[-1].startswith(f"| **all** | **{claims_count}** |")
+  assert sum(int(line.split("|")[2]) for line in table[2:-1]) == claims_count

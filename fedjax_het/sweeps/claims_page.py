@@ -360,6 +360,9 @@ def summary_lines(rows: Sequence[tuple[Claim, list[Reading]]], budgets: dict | N
 
 
 LEGEND = (
+    "A claim: one comparison, its rows at several budgets (T, 3 T) sharing its name; "
+    "counted once, at its longest budget. Rows against FedProto's several inference "
+    "readings are comparisons of their own. "
     "A − B: the mean over seeds of the per-seed difference (same seed: same "
     "partition), ± its standard error; `clients`: the share of clients on which A "
     "beats B at the final round, minus 50%; `to target`: what A saves, in % of "

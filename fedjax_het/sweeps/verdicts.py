@@ -128,11 +128,6 @@ def floor_rates(workdir: str) -> tuple[float, float, float]:
           float(rates.max(axis=1).mean()))
 
 
-def chance_level(workdir: str) -> float:
-  """A run's floor as a fraction (``floor_rates``); nan without ``partition.json``."""
-  return floor_rates(workdir)[2]
-
-
 def accuracy_at(run: RunData, round_: int) -> float:
   """A run's mean test accuracy in points at the last evaluation at or before ``round_``."""
   rows = [r for r in run.rows if r.get("mean_test_acc") is not None
