@@ -601,3 +601,6 @@ def test_the_committed_ledger_gives_no_verdict_against_a_side_at_its_floor():
   claims_count = len({c.headline or c.id for c in ledger.CLAIMS})
   assert table[-1].startswith(f"| **all** | **{claims_count}** |")
   assert sum(int(line.split("|")[2]) for line in table[2:-1]) == claims_count
+  sentences = claims_page.summary_lines(rows, ledger.BUDGETS, ledger.READINGS, ledger.NOTE,
+                                        names=ledger.READING_NAMES)
+  assert len(sentences) <= 5 and all(len(s.split()) <= 40 for s in sentences), sentences
