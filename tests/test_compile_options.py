@@ -41,18 +41,25 @@ def test_the_init_level_variable_sets_a_cpu_inits_level_whatever_xla_flags_say()
       compile_options.init_compiler_options("cpu", "", {compile_options.INIT_LEVEL_ENV: bad})
 
 
-def test_dispatch_options_turn_off_triton_gemm_on_gpus_unless_the_user_set_it():
-  assert compile_options.dispatch_compiler_options("gpu", "") == {
-      "xla_gpu_enable_triton_gemm": False}
+def test_dispatch_options_on_gpus_leave_to_the_user_what_xla_flags_set():
+  both = {"xla_gpu_enable_triton_gemm": False,
+          "xla_disable_hlo_passes": "triton-softmax-rewriter"}
+  assert compile_options.dispatch_compiler_options("gpu", "") == both
   assert compile_options.dispatch_compiler_options(
-      "gpu", "--xla_gpu_autotune_level=4 --foo") == {"xla_gpu_enable_triton_gemm": False}
+      "gpu", "--xla_gpu_autotune_level=4 --foo") == both
   for flags in ("--xla_gpu_enable_triton_gemm=true", "--xla_gpu_enable_triton_gemm=false"):
-    assert compile_options.dispatch_compiler_options("gpu", flags) is None
+    assert compile_options.dispatch_compiler_options("gpu", flags) == {
+        "xla_disable_hlo_passes": "triton-softmax-rewriter"}
+  # the user's own list of passes to skip replaces the library's (the pass left on)
+  assert compile_options.dispatch_compiler_options(
+      "gpu", "--xla_disable_hlo_passes=no-such-pass") == {"xla_gpu_enable_triton_gemm": False}
+  assert compile_options.dispatch_compiler_options(
+      "gpu", "--xla_gpu_enable_triton_gemm=true --xla_disable_hlo_passes=x") is None
   assert compile_options.dispatch_compiler_options("cpu", "") is None
   assert compile_options.dispatch_compiler_options("tpu", "") is None
   # a copy: a caller editing it leaves the next run's options alone
   compile_options.dispatch_compiler_options("gpu", "")["xla_gpu_enable_triton_gemm"] = True
-  assert compile_options.GPU_DISPATCH_OPTIONS == {"xla_gpu_enable_triton_gemm": False}
+  assert compile_options.GPU_DISPATCH_OPTIONS == both
 
 
 def test_the_gpu_dispatch_options_are_options_this_xla_knows():

@@ -9,7 +9,8 @@ Each setting here changes how long a program takes to compile, not what it compu
   ``FEDJAX_HET_INIT_LEVEL`` names (0: a third again, the draws' last bits may differ).
 - ``dispatch_compiler_options``: a dispatch on a GPU compiles without Triton's GEMM
   fusions (XLA's cuBLAS path instead), whose autotuning took 114 s of the Moss claims
-  cell's 228 s compile on one H200 (46.6 s without it, the same 0.16 s a round).
+  cell's 228 s compile on one H200, and without XLA's Triton softmax rewrite, which
+  made FedMoE's dispatch compile for over 24 minutes.
 - ``use_threefry_kernel``: on a GPU, jax lowers each threefry hash to one kernel call
   instead of 20 rounds unrolled inline: the claims cut's init compiled in 2 s instead of
   44 s on one H200, with the same bits in all 340 leaves.
@@ -30,7 +31,8 @@ INIT_OPTIMIZATION_LEVEL = 1
 INIT_LEVEL_ENV = "FEDJAX_HET_INIT_LEVEL"
 
 # the XLA options of a dispatch on a GPU (``dispatch_compiler_options``)
-GPU_DISPATCH_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+GPU_DISPATCH_OPTIONS = {"xla_gpu_enable_triton_gemm": False,
+                        "xla_disable_hlo_passes": "triton-softmax-rewriter"}
 
 THREEFRY_ENV = "JAX_THREEFRY_GPU_KERNEL_LOWERING"
 
@@ -96,22 +98,34 @@ def init_compiler_options(platform: str, xla_flags: str | None = None,
 def dispatch_compiler_options(platform: str, xla_flags: str | None = None) -> dict | None:
   """The XLA options ``program.compile_dispatch`` compiles a run's rounds with, or None.
 
-  On a GPU: no Triton GEMM fusions (``GPU_DISPATCH_OPTIONS``). XLA autotunes each such
-  fusion by compiling candidate kernels; in the Moss claims cell (N = 100, CNN-1..5,
-  one seed, ``vmap``) that took 114 s of a 228 s compile, and without the fusions the
-  program compiled in 46.6 s and ran a round in 0.165 s against 0.161 s (one H200,
-  2026-11-28; ``--xla_gpu_autotune_level=0`` compiled in 58.5 s but ran 12x slower,
-  since it also stops choosing the convolutions' algorithms). Other platforms, and a
-  GPU whose ``XLA_FLAGS`` set ``--xla_gpu_enable_triton_gemm`` themselves, keep XLA's
-  defaults.
+  On a GPU (``GPU_DISPATCH_OPTIONS``):
+
+  - no Triton GEMM fusions: XLA autotunes each such fusion by compiling candidate
+    kernels; in the Moss claims cell (N = 100, CNN-1..5, one seed, ``vmap``) that took
+    114 s of a 228 s compile, and without the fusions the program compiled in 46.6 s
+    and ran a round in 0.165 s against 0.161 s (one H200, 2026-11-28;
+    ``--xla_gpu_autotune_level=0`` compiled in 58.5 s but ran 12x slower, since it also
+    stops choosing the convolutions' algorithms);
+  - XLA's ``triton-softmax-rewriter`` pass off: it makes a Triton fusion of every small
+    reduce-then-broadcast (FedMoE's two-expert gate softmax, the gate's normalisation,
+    each cross-entropy's log-softmax over the classes), and ``priority-fusion`` then
+    searches Triton tilings for each: FedMoE's P1 dispatch did not finish compiling in
+    24 min (deviceless, H100 target) and compiled in about 32 CPU-s without the pass
+    (docs/performance.md, "Compiling for a GPU without one"). Those rows are at most a
+    few hundred floats wide, where XLA's own fusions serve as well.
+
+  Other platforms keep XLA's defaults, and an option that ``XLA_FLAGS`` set themselves
+  (``--xla_gpu_enable_triton_gemm``, ``--xla_disable_hlo_passes``) is left to them.
 
   Args:
     platform: the devices' platform ('cpu', 'gpu', 'tpu').
     xla_flags: the ``XLA_FLAGS`` to respect (default: the environment's).
   """
-  if platform != "gpu" or "--xla_gpu_enable_triton_gemm" in _xla_flags(xla_flags):
+  if platform != "gpu":
     return None
-  return dict(GPU_DISPATCH_OPTIONS)
+  flags = _xla_flags(xla_flags)
+  options = {k: v for k, v in GPU_DISPATCH_OPTIONS.items() if f"--{k}" not in flags}
+  return options or None
 
 
 def use_threefry_kernel(platform: str, environ=None) -> bool:
