@@ -134,6 +134,30 @@ def stderr_captured():
         print("\n".join(rest), file=sys.stderr, flush=True)
 
 
+# the line XLA logs as a pass starts ("  HLO pass priority-fusion") or ends (_PASS)
+_STARTED = re.compile(r"\] +HLO pass (\S+)$")
+
+
+def running_pass(text: str | None = None) -> str:
+  """``in pass <name>``: the innermost HLO pass XLA's log says was started and has not
+  ended, or ``in no HLO pass``. ``text``: the log (default: file descriptor 2's file,
+  which ``stderr_captured`` makes the log)."""
+  if text is None:
+    try:
+      with open("/proc/self/fd/2", errors="replace") as f:
+        text = f.read()
+    except OSError:
+      return "pass unknown"
+  running = []
+  for line in text.splitlines():
+    started, ended = _STARTED.search(line), _PASS.search(line)
+    if started:
+      running.append(started.group(1))
+    elif ended and running and running[-1] == ended.group(1):
+      running.pop()
+  return f"in pass {running[-1]}" if running else "in no HLO pass"
+
+
 def cpu_seconds() -> tuple[float, float]:
   """(this process's CPU seconds, its finished children's: ptxas)."""
   children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -154,8 +178,10 @@ def compile_lowered(lowered, timeout_s: float | None, options: dict):
   if timeout_s:
     def watchdog():
       if not done.wait(timeout_s):
-        os.write(saved_stdout, f"compile not finished after {timeout_s:.0f} s: stopped\n"
-                 .encode())
+        spent = cpu_seconds()
+        os.write(saved_stdout, (
+            f"compile not finished after {timeout_s:.0f} s wall "
+            f"({spent[0] - cpu0[0]:.0f} XLA CPU-s), {running_pass()}: stopped\n").encode())
         os._exit(3)
     saved_stdout = os.dup(1)
     threading.Thread(target=watchdog, daemon=True).start()
@@ -275,15 +301,18 @@ def expected_limit(record: dict) -> float:
   return EXPECT_FACTOR * (record["xla_cpu_s"] + record["ptxas_cpu_s"]) + AUTOTUNE_ALLOWANCE_S
 
 
-def load_expected(path: str) -> dict:
-  """``{(program, seeds, target): record}`` of a ``--out`` file's compiled programs (the
-  last record of each wins)."""
+def load_expected(path: str, jax_version: str = jax.__version__) -> dict:
+  """``{(program, seeds, target): record}`` of a ``--out`` file's compiled programs: the
+  last record of each compiled with ``jax_version`` (the XLA that will compile it), else
+  the last of any version."""
   expected = {}
   with open(path) as f:
     for line in f:
       r = json.loads(line)
-      if "compile_s" in r:
-        expected[(r["program"], r["seeds"], r["target"])] = r
+      key = (r["program"], r["seeds"], r["target"])
+      if "compile_s" in r and (r.get("jax") == jax_version
+                               or expected.get(key, {}).get("jax") != jax_version):
+        expected[key] = r
   return expected
 
 
@@ -336,6 +365,24 @@ def measure(runs, target: str, parallelisms, seeds: int, log=print, out=None,
   return records
 
 
+def table(records: list[dict]) -> str:
+  """A markdown table of ``--out`` records, one row per compiled program (programs that
+  were the same module as an earlier one are counted in its row's last column)."""
+  same = collections.Counter(r["same_as"] for r in records if "same_as" in r)
+  rows = ["| program | seeds | XLA CPU-s | ptxas CPU-s | wall s | HLO passes s | backend s | "
+          "fused computations | top passes | same module |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+  for r in records:
+    if "compile_s" not in r:
+      continue
+    passes = ", ".join(f"{k} {v:.1f}" for k, v in list(r["top_passes"].items())[:3])
+    rows.append(f"| {r['program']} | {r['seeds']} | {r['xla_cpu_s']:.1f} | "
+                f"{r['ptxas_cpu_s']:.1f} | {r['compile_s']:.1f} | {r['hlo_passes_s']:.1f} | "
+                f"{r['backend_s']:.1f} | {r['fusions']} | {passes} | "
+                f"{same.get(r['program'], 0)} |")
+  return "\n".join(rows)
+
+
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   environment = dict(ENVIRONMENT)
@@ -366,7 +413,12 @@ def main(argv=None):
   p.add_argument("--expect", help="a --out file of deviceless figures: each program found "
                  "there must compile within twice its CPU seconds + 60 s, or the process "
                  "stops (status 3)")
+  p.add_argument("--table", help="print a --out file as a markdown table and exit")
   args = p.parse_args(argv)
+  if args.table:
+    with open(args.table) as f:
+      print(table([json.loads(line) for line in f]))
+    return
   try:
     if args.seeds < 1:
       raise ValueError(f"--seeds={args.seeds}: must be >= 1")

@@ -145,3 +145,43 @@ def test_compiles_for_an_h100_without_a_device(tmp_path):
   for r in records:
     assert r["compile_s"] > 0 and r["fusions"] > 0 and r["hlo_passes_s"] > 0
     assert r["backend_s"] > 0 and r["top_passes"]  # XLA's GPU timers were read
+
+
+def test_the_table_has_a_row_per_compiled_program_and_counts_the_same_modules():
+  compiled = {"program": "p init", "seeds": 1, "xla_cpu_s": 3.25, "ptxas_cpu_s": 1.0,
+              "compile_s": 5.5, "hlo_passes_s": 2.0, "backend_s": 3.0, "fusions": 42,
+              "top_passes": {"priority-fusion": 1.5, "dce": 0.25, "algsimp": 0.1,
+                             "cse": 0.05}}
+  lines = gpu_compile.table([compiled, {"program": "q init", "seeds": 1, "same_as": "p init"},
+                             {"program": "r init", "seeds": 1, "same_as": "p init"}])
+  rows = lines.splitlines()
+  assert len(rows) == 3  # header, rule, one compiled program
+  assert rows[2] == ("| p init | 1 | 3.2 | 1.0 | 5.5 | 2.0 | 3.0 | 42 | "
+                     "priority-fusion 1.5, dce 0.2, algsimp 0.1 | 2 |")
+
+
+def test_a_stopped_compile_names_the_pass_it_was_in():
+  log = XLA_LOG.splitlines()
+  started = "I1207 13:29:38.4 6524 hlo_pass_pipeline.cc:181]   HLO pass {}"
+  text = "\n".join([log[0], started.format("fusion"), started.format("priority-fusion"),
+                    log[1], started.format("dce"), log[2], started.format("multi_output_fusion")])
+  assert gpu_compile.running_pass(text) == "in pass multi_output_fusion"
+  assert gpu_compile.running_pass("\n".join(text.splitlines()[:-1])) == "in pass fusion"
+  assert gpu_compile.running_pass(text.splitlines()[0]) == "in no HLO pass"
+
+
+def test_a_lease_checks_against_the_figure_of_its_own_jax(tmp_path):
+  def record(program, jax_version, xla, ptxas=1.0, **extra):
+    return {"program": program, "seeds": 1, "target": "h100", "jax": jax_version,
+            "compile_s": 1.0, "xla_cpu_s": xla, "ptxas_cpu_s": ptxas, **extra}
+  path = tmp_path / "programs.jsonl"
+  rows = [record("a", "0.11.2", 20.0), record("a", "0.10.2", 30.0),
+          record("b", "0.10.2", 5.0), record("b", "0.10.2", 7.0),
+          {"program": "c", "seeds": 1, "target": "h100", "same_as": "a"}]
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  expected = gpu_compile.load_expected(str(path), "0.11.2")
+  assert set(expected) == {("a", 1, "h100"), ("b", 1, "h100")}  # c was not compiled
+  assert expected[("a", 1, "h100")]["xla_cpu_s"] == 20.0  # its own jax's, though earlier
+  assert expected[("b", 1, "h100")]["xla_cpu_s"] == 7.0  # the last of another jax's
+  # twice the CPU seconds (XLA's and ptxas') and a minute for autotuning
+  assert gpu_compile.expected_limit(expected[("a", 1, "h100")]) == 2 * 21.0 + 60.0

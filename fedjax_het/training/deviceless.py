@@ -63,12 +63,20 @@ def target_config(target: str) -> str:
     return f.read()
 
 
+# jax's CUDA plugins, one per CUDA major version (the gpu-aot extra installs CUDA 12's)
+CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+
+
 def plugin_installed() -> bool:
-  """Whether jax's CUDA plugin (the ``gpu-aot`` extra) is importable."""
-  try:
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
-  except ModuleNotFoundError:  # no jax_plugins namespace at all
-    return False
+  """Whether one of jax's CUDA plugins (``CUDA_PLUGINS``; the ``gpu-aot`` extra) is
+  importable."""
+  for name in CUDA_PLUGINS:
+    try:
+      if importlib.util.find_spec(name) is not None:
+        return True
+    except ModuleNotFoundError:  # no jax_plugins namespace at all
+      return False
+  return False
 
 
 def devices(target: str) -> list:
