@@ -1,7 +1,7 @@
 r"""A Flower federation on this machine: a SuperLink, one SuperNode per client, one run.
 
   python experiments/flower_federation.py --config=experiments/fedmrl.py:smoke \
-      --config.num_clients=3 --workdir=/tmp/flower
+      --config.num_clients=3 --workdir=$HOME/flower
 
 Starts ``flower-superlink`` on 127.0.0.1 (TLS with a throwaway CA made under
 ``<workdir>/tls``: for testing only; SuperNode authentication on), registers one key

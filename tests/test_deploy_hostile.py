@@ -500,3 +500,26 @@ def test_flower_certs_refuses_a_folder_under_a_neighbours_parent(tmp_path):
   lines = [x for x in done.stderr.splitlines() if x.strip()]
   assert len(lines) == 1 and f"its parent {parent}: it is group- or world-writable" in (
       lines[0]), done.stderr
+
+
+def test_flower_142_has_no_message_size_flag_and_sends_replies_in_5_mib_objects():
+  """Why the size bound cannot come before the transfer on flwr 1.42 (docs/deploy.md,
+  "Size before transfer"): neither ``flower-superlink`` nor ``flower-supernode`` takes
+  a maximum message size (gRPC's is fixed at 2^31 - 1 bytes), and a reply travels as
+  separate objects (an array in chunks of 5 MiB), each its own gRPC message, so no such
+  limit would bound a reply's total. A 16 MiB upload: 8 objects, none over 5 MiB + 20."""
+  import importlib
+
+  from flwr.supercore import grpc as flwr_grpc
+  from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+  flower_superlink = importlib.import_module("flwr.superlink.cli.flower_superlink")
+  flower_supernode = importlib.import_module("flwr.supernode.cli.flower_supernode")
+  flags = [o for p in (flower_superlink._parse_args_run_superlink(),
+                       flower_supernode._parse_args_run_supernode())
+           for a in p._actions for o in a.option_strings]
+  assert flags and not [f for f in flags if "message" in f or "size" in f], flags
+  assert flwr_grpc.GRPC_MAX_MESSAGE_LENGTH == 2 ** 31 - 1
+  values = np.random.default_rng(0).random(4 << 20, np.float32)  # 16 MiB, no repeats
+  objects = get_all_nested_objects(reply([values]))
+  sizes = sorted(len(o.deflate()) for o in objects.values())
+  assert sum(sizes) > 16 << 20 and sizes[-1] <= (5 << 20) + 20, sizes
