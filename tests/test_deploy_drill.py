@@ -31,7 +31,10 @@ CASES = {  # case: (algorithm, fault, what the log says of the attacker)
 }
 
 
-pytestmark = pytest.mark.usefixtures("compile_bound")  # both runs of a case at level 0
+pytestmark = [
+    pytest.mark.usefixtures("compile_bound"),  # both runs of a case at level 0
+    pytest.mark.xdist_group("drill"),  # one worker: the clean runs are shared
+]
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +86,7 @@ def test_one_hostile_client_at_default_settings(runs, case):
     assert f"round {r}: aggregated {kept} uploads ({CLIENTS - kept} failed)" in text, text
   # the log names the attacker, and never an honest client
   assert named in text, text
+  print(f"{case}: {next(line for line in logs if named in line)[:200]}")
   for h in set(range(CLIENTS)) - {ATTACKER}:
     for blame in (f"client {h} failed", f"client {h}'s upload clipped",
                   f"client {h} benched", f"client {h} reports all"):
