@@ -143,8 +143,9 @@ def private_dir(prefix: str, parent: str | None = None) -> str:
   """A new folder (mode 0700, a name nobody can guess) under ``parent`` (default
   ``runtime_base()``), named ``<prefix><uid>_<pid>_...`` so that ``remove_stale`` finds it
   once this process is gone."""
-  return tempfile.mkdtemp(prefix=f"{prefix}{os.getuid()}_{os.getpid()}_",
-                          dir=parent or runtime_base())
+  parent = parent or runtime_base()
+  check_ancestors(os.path.join(parent, prefix))  # the parent and every folder above it
+  return tempfile.mkdtemp(prefix=f"{prefix}{os.getuid()}_{os.getpid()}_", dir=parent)
 
 
 def alive(pid: int) -> bool:

@@ -40,6 +40,7 @@ import os
 import time
 from typing import Callable
 
+import jax
 import numpy as np
 from flwr.app import ArrayRecord
 from flwr.app import Message
@@ -370,7 +371,6 @@ class FlowerServer:
 def _alike(upload, payload) -> bool:
   """Whether an upload shaped ``upload`` has the leaves of the payload ``payload``
   (structure, shapes and dtypes): it is then the payload trained."""
-  import jax  # pylint: disable=import-outside-toplevel
   return jax.tree.structure(upload) == jax.tree.structure(payload) and all(
       a.shape == b.shape and a.dtype == b.dtype
       for a, b in zip(jax.tree.leaves(upload), jax.tree.leaves(payload)))

@@ -83,7 +83,9 @@ class ServerSettings:
       in the log) or ``reject`` (the client's failure for the round).
     aggregation: ``mean`` (the algorithm's own), ``median`` or ``trimmed-mean``
       (coordinate-wise, for the algorithms of ``robust.AVERAGING``).
-    trim_fraction: the fraction cut at each end by ``trimmed-mean``, in [0, 0.5).
+    trim_fraction: the fraction cut at each end by ``trimmed-mean``, in [0, 0.5):
+      ``floor(f n)`` of n uploads, at least 1 with 3 or more (``robust.trim_count``); a
+      run whose ``floor(f n)`` is 0 for its full draw is refused at start.
     bench_after: a client whose upload is rejected this many rounds running is not
       drawn for ``bench_rounds`` rounds (0: never benched).
     bench_rounds: rounds a benched client sits out.
