@@ -22,7 +22,7 @@ defaults bound what one hostile client can do with nothing to tune:
   the class (from the server's partition; else its weight) are cut to them, and the
   rows it sent are clipped as above: every value to B times the lower median over
   clients of their largest |value|, every row's norm to B times the lower median over
-  clients of their median row norm.
+  clients of their median row norm (always clipped, whatever ``upload-norm-action``).
 - **Unbounded mean** only by asking for it: ``upload-norm-bound=0`` with
   ``aggregation=mean``; the run's first lines say so (``unbounded_warning``).
 - **Robust aggregation** (``aggregation`` ``mean``, ``median`` or ``trimmed-mean``,
