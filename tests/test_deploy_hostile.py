@@ -216,7 +216,7 @@ def test_class_tables_counts_are_cut_and_rows_bounded_by_hand():
   means = np.stack([kept[c][1] for c in range(4)]).astype(np.float32)
   table = np.sum(counts[..., None] * means, 0) / np.sum(counts, 0)[:, None]
   assert np.all(np.isfinite(table)) and np.max(np.abs(table)) <= 20
-  # without the cut, counts x means overflow float32 (the FedProto attack)
+  # without the cut, counts x means overflow float32 (a 1e20 FedProto table)
   raw = np.stack([ups[c][0] for c in range(4)])[..., None] * np.stack(
       [ups[c][1] for c in range(4)])
   assert not np.all(np.isfinite(raw))

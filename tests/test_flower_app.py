@@ -383,7 +383,7 @@ def test_a_non_finite_server_state_is_neither_adopted_nor_checkpointed(deployed)
     node.aggregate({0: (bad, 40), 1: (bad, 40)})
   assert all(np.array_equal(a, b) for a, b in zip(fed_lib.encode(node.state.server),
                                                    before))  # kept
-  # finite but beyond robust.STATE_BOUND (the issue's 3e38 model): refused alike
+  # finite but beyond robust.STATE_BOUND (a 3e38 model, finite in float32): refused alike
   big = fed_lib.encode(jax.tree.map(lambda s: np.full(s.shape, 3e38, s.dtype), like))
   with pytest.raises(fed_lib.NonFiniteState, match=r"holds values beyond 1e\+10 in"):
     node.aggregate({0: (big, 40), 1: (big, 40)})
@@ -396,7 +396,7 @@ def test_a_non_finite_server_state_is_neither_adopted_nor_checkpointed(deployed)
 
 
 def test_a_resumed_run_sets_a_poisoned_checkpoint_aside(deployed, tmp_path):
-  """A checkpoint written before these checks (3e38 everywhere, as the issue's run left
+  """A checkpoint written before these checks (3e38 everywhere, as an unbounded mean left
   it) is set aside, not resumed and not deleted; with none left the run refuses."""
   server, _, _ = deployed()
   node = server.node
@@ -429,7 +429,7 @@ def test_a_resumed_run_sets_a_poisoned_checkpoint_aside(deployed, tmp_path):
 
 
 def test_an_explicit_unbounded_mean_is_named_and_survives_a_3e38_client(deployed):
-  """The issue's attack with the bound turned off: the first line says so, the poisoned
+  """A 3e38 client with the bound turned off: the first line says so, the poisoned
   aggregate is not adopted, leaving each upload out finds client 0, the others go on,
   and no honest client is blamed."""
   server, _, logs = deployed(faults={0: "flood@1"}, upload_norm_bound=0.0)
