@@ -488,7 +488,7 @@ def test_the_ca_folder_is_checked_before_its_key_is_read(tmp_path):
 
 
 def test_flower_certs_refuses_a_folder_under_a_neighbours_parent(tmp_path):
-  """The issue's attack: a neighbour made the documented parent first, mode 0777."""
+  """The attack: a neighbour made the documented parent first, mode 0777."""
   parent = tmp_path / "fl"
   os.mkdir(parent)
   os.chmod(parent, 0o777)
