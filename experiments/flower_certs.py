@@ -1,8 +1,8 @@
 r"""Throwaway TLS certificates and SuperNode keys for a test federation. TESTING ONLY.
 
-  python experiments/flower_certs.py --dir=/tmp/flower/tls --hosts=localhost,127.0.0.1
-  python experiments/flower_certs.py --dir=/tmp/flower/keys --node_keys=client-0,client-1
-  python experiments/flower_certs.py --dir=/tmp/flower/tls/nodes --ca=/tmp/flower/tls \
+  python experiments/flower_certs.py --dir=$HOME/flower/tls --hosts=localhost,127.0.0.1
+  python experiments/flower_certs.py --dir=$HOME/flower/keys --node_keys=client-0,client-1
+  python experiments/flower_certs.py --dir=$HOME/flower/tls/nodes --ca=$HOME/flower/tls \
       --supernode_certs=client-0,client-1
 
 Writes a self-signed CA (``ca.crt``, ``ca.key``) and a server certificate for ``--hosts``

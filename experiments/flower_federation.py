@@ -1,7 +1,7 @@
 r"""A Flower federation on this machine: a SuperLink, one SuperNode per client, one run.
 
   python experiments/flower_federation.py --config=experiments/fedmrl.py:smoke \
-      --config.num_clients=3 --workdir=/tmp/flower
+      --config.num_clients=3 --workdir=$HOME/flower
 
 Starts ``flower-superlink`` on 127.0.0.1 (TLS with a throwaway CA made under
 ``<workdir>/tls``: for testing only; SuperNode authentication on), registers one key
@@ -42,9 +42,10 @@ _MIN_AVAILABLE = flags.DEFINE_integer("min_available_clients", 0, "Connected cli
 _STRAGGLER = flags.DEFINE_float("straggler_timeout", 0, "Once min_fit_clients uploads "
                                  "are in, seconds a round still waits for the others "
                                  "(0: until round_timeout).")
-_NORM = flags.DEFINE_float("upload_norm_bound", 0, "Bound every upload's L2 norm by this "
-                           "times the round's lower-median norm (0: no bound).")
-_NORM_ACTION = flags.DEFINE_enum("upload_norm_action", "reject", ["reject", "clip"],
+_NORM = flags.DEFINE_float("upload_norm_bound", 10.0, "Bound every upload's update (its "
+                           "coordinates and L2 norm; class tables: counts and rows) by "
+                           "this times the round's lower-median reference (0: no bound).")
+_NORM_ACTION = flags.DEFINE_enum("upload_norm_action", "clip", ["reject", "clip"],
                                  "What happens to an upload over the norm bound.")
 _AGGREGATION = flags.DEFINE_enum("aggregation", "mean", ["mean", "median", "trimmed-mean"],
                                  "The server's rule, for the algorithms that average "

@@ -50,3 +50,37 @@ class FakeGrid:
 
   def pull_messages(self, ids):
     return [self.replies.pop(i) for i in list(ids) if i in self.replies]
+
+
+def run_deployed(config, root, *, faults=None, silent=(), names=None, workdir="server",
+                 **settings):
+  """Runs the ServerApp (``FlowerServer``) of ``config`` over a ``FakeGrid`` whose
+  SuperNodes keep their state under ``root``.
+
+  Args:
+    faults: {client: node config ``fault``}.
+    silent: clients that never answer a train message.
+    names: {client: registered name} (default ``client-<k>``).
+    workdir: the server's folder under ``root`` (clients' are ``<workdir>-client<k>``).
+    settings: ``ServerSettings`` fields (short timeouts by default).
+
+  Returns:
+    (server, grid, log lines).
+  """
+  from fedjax_het.deploy import federation as fed_lib
+  nodes = {100 + k: ((names or {}).get(k, f"client-{k}"),
+                     {"client-id": k, "workdir": str(root / f"{workdir}-client{k}"),
+                      "fault": (faults or {}).get(k, "")})
+           for k in range(config.num_clients)}
+  grid = FakeGrid(nodes, silent=[100 + k for k in silent])
+  settings = flower.ServerSettings(**dict(
+      dict(config="unused", workdir=str(root / workdir), round_timeout=0.5,
+           startup_timeout=0.5), **settings))
+  node = fed_lib.ServerNode(fed_lib.prepare_federation(config), settings.workdir)
+  logs = list(f"server: {line}" for line in node.repairs)
+  server = flower.FlowerServer(grid, node, settings, log=logs.append)
+  try:
+    server.run()
+  finally:
+    node.close()
+  return server, grid, logs

@@ -13,8 +13,8 @@ this module, submitted with ``flwr run`` (the ``runs`` fixture says in which ord
   accuracies to 1e-6 (the simulator averages in float32, the server in float64), losses
   to rtol 1e-5; measured: equal to the printed digits. The 2-client runs refuse client
   2's SuperNode by its registered name.
-- The adversarial drill: the FedAvg run continued to 6 rounds (``min-fit-clients=1``, a
-  norm bound of 100 x the round's reference): clients 2 (rounds 2-6) and 1 (rounds 3-5;
+- The adversarial drill: the FedAvg run continued to 6 rounds (``min-fit-clients=1``, an
+  update bound of 100 x the round's reference that rejects): clients 2 (rounds 2-6) and 1 (rounds 3-5;
   in round 2 it serves FedMRL's) send malformed uploads, one kind each (``DRILLS``: a
   torch.Tensor payload, zip bytes, a .npy header longer than its bytes, a header of 2^40
   elements, truncated values, float64 bytes declared float32, NaN, a norm 1e30 times
@@ -261,7 +261,8 @@ def runs(link):
                            f"eval_every={DRILL_ROUNDS} models=tiny"),
                 workdir=link.path("faults"),
                 **{"min-fit-clients": 1, "straggler-timeout": 8.0,
-                   "upload-norm-bound": 100.0, "bench-after": 0})
+                   "upload-norm-bound": 100.0, "upload-norm-action": "reject",
+                   "bench-after": 0})
   shutil.copytree(submitted["fedavg"][1]["workdir"], faults["workdir"])  # FedAvg, continued
   submitted["faults"] = (link.submit(faults), faults)
   finish(link, *submitted["faults"])

@@ -15,7 +15,7 @@ import pytest
 from fedjax_het.deploy import federation as fed_lib
 
 flower = pytest.importorskip("fedjax_het.deploy.flower")
-from fake_grid import FakeGrid  # noqa: E402
+from fake_grid import run_deployed  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedjax_het.deploy import certs  # noqa: E402
@@ -190,22 +190,8 @@ def deployed(tiny_config, tmp_path):
   c.runtime.num_devices = 1
 
   def run(faults=None, silent=(), names=None, config=c, workdir="server", **settings):
-    nodes = {100 + k: ((names or {}).get(k, f"client-{k}"),
-                       {"client-id": k, "workdir": str(tmp_path / f"{workdir}-client{k}"),
-                        "fault": (faults or {}).get(k, "")})
-             for k in range(config.num_clients)}
-    grid = FakeGrid(nodes, silent=[100 + k for k in silent])
-    settings = flower.ServerSettings(**dict(
-        dict(config="unused", workdir=str(tmp_path / workdir), round_timeout=0.5,
-             startup_timeout=0.5), **settings))
-    node = fed_lib.ServerNode(fed_lib.prepare_federation(config), settings.workdir)
-    logs = []
-    server = flower.FlowerServer(grid, node, settings, log=logs.append)
-    try:
-      server.run()
-    finally:
-      node.close()
-    return server, grid, logs
+    return run_deployed(config, tmp_path, faults=faults, silent=silent, names=names,
+                        workdir=workdir, **settings)
   return run
 
 
@@ -240,6 +226,9 @@ def test_a_resumed_server_app_equals_the_simulator(deployed, tiny_config, tmp_pa
                                                           s["downlink_params"])
     assert (d["clients_trained"], d["clients_failed"], d["clients_evaluated"]) == (4, 0, 4)
   assert server.node.ckpt.steps()[-1] == 2
+  # the default bound is on, and an honest run never meets it
+  assert logs[0].startswith("server: aggregation mean; updates bounded by 10 x")
+  assert not [line for line in logs if "clipped" in line or "failed:" in line]
 
 
 def test_malformed_uploads_and_silent_clients_are_their_failures(deployed, monkeypatch):
@@ -368,7 +357,8 @@ def test_robust_aggregation_norm_clipping_and_the_bench(deployed):
                                 upload_norm_action="clip", bench_after=1, bench_rounds=1,
                                 min_fit_clients=2)
   text = "\n".join(logs)
-  assert "round 1: client 0's upload clipped: upload norm" in text
+  assert "round 1: client 0's upload clipped: " in text
+  assert "x the round's reference" in text
   assert "round 1: client 3 failed: does not decode: array 0: not .npy bytes" in text
   assert ("round 1: client 3 benched until round 2 (not drawn in rounds 2-2): its uploads "
           "were rejected 1 rounds running") in text
@@ -393,12 +383,73 @@ def test_a_non_finite_server_state_is_neither_adopted_nor_checkpointed(deployed)
     node.aggregate({0: (bad, 40), 1: (bad, 40)})
   assert all(np.array_equal(a, b) for a, b in zip(fed_lib.encode(node.state.server),
                                                    before))  # kept
+  # finite but beyond robust.STATE_BOUND (a 3e38 model, finite in float32): refused alike
+  big = fed_lib.encode(jax.tree.map(lambda s: np.full(s.shape, 3e38, s.dtype), like))
+  with pytest.raises(fed_lib.NonFiniteState, match=r"holds values beyond 1e\+10 in"):
+    node.aggregate({0: (big, 40), 1: (big, 40)})
   steps = node.ckpt.steps()
   node.state = node.state.replace(server=jax.tree.map(lambda a: a * np.nan,
                                                        node.state.server))
   with pytest.raises(fed_lib.NonFiniteState, match="not checkpointed"):
     node.save({})
   assert node.ckpt.steps() == steps
+
+
+def test_a_resumed_run_sets_a_poisoned_checkpoint_aside(deployed, tmp_path):
+  """A checkpoint written before these checks (3e38 everywhere, as an unbounded mean left
+  it) is set aside, not resumed and not deleted; with none left the run refuses."""
+  server, _, _ = deployed()
+  node = server.node
+  fed, workdir = node.fed, node.workdir
+  node.ckpt = fed_lib.ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                            max_to_keep=3,
+                                            fingerprint=fed_lib.fingerprint(fed))
+  poisoned = node.state.replace(round=node.state.round + 1, server=jax.tree.map(
+      lambda a: np.full(a.shape, 3e38, a.dtype) if np.issubdtype(a.dtype, np.floating)
+      else a, node.state.server))
+  node.ckpt.save(3, poisoned, {"round": 3})  # straight to disk: no check
+  node.ckpt.close()
+  resumed = fed_lib.ServerNode(fed, workdir)
+  try:
+    assert resumed.round == 2
+    assert len(resumed.repairs) == 1 and resumed.repairs[0].startswith(
+        "checkpoint of round 3 holds values beyond 1e+10 in")
+    assert os.path.isdir(os.path.join(workdir, "checkpoints.corrupted", "3"))
+  finally:
+    resumed.close()
+  ckpt = fed_lib.ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                       max_to_keep=3, fingerprint=fed_lib.fingerprint(fed))
+  for step in ckpt.steps():  # only poisoned checkpoints left
+    ckpt.manager.delete(step)
+  ckpt.save(3, poisoned, {"round": 3})
+  ckpt.close()
+  with pytest.raises(fed_lib.NonFiniteState, match=r"refusing to resume: every checkpoint "
+                     r"\(\[3\]\)"):
+    fed_lib.ServerNode(fed, workdir)
+
+
+def test_an_explicit_unbounded_mean_is_named_and_survives_a_3e38_client(deployed):
+  """A 3e38 client with the bound turned off: the first line says so, the poisoned
+  aggregate is not adopted, leaving each upload out finds client 0, the others go on,
+  and no honest client is blamed."""
+  server, _, logs = deployed(faults={0: "flood@1"}, upload_norm_bound=0.0)
+  assert logs[0].startswith("server: WARNING: UNBOUNDED MEAN (aggregation=mean, "
+                            "upload-norm-bound=0)")
+  text = "\n".join(logs)
+  assert "round 1: not adopted: the aggregated server state holds values beyond" in text
+  assert ("round 1: client 0 failed: the aggregate with its upload fails the server's "
+          "checks, without it passes; aggregated the others") in text
+  assert "round 1: aggregated 3 uploads (1 failed)" in text
+  assert "round 2: aggregated 4 uploads (0 failed)" in text
+  assert not [line for line in logs if re.search(r"client [123] (failed|benched)", line)]
+  assert max(float(np.max(np.abs(a))) for a in fed_lib.encode(server.node.state.server)
+             ) < 1e3
+
+
+def test_a_trimmed_mean_that_trims_nothing_is_refused_at_start(deployed):
+  with pytest.raises(ValueError, match=r"trim-fraction 0.1 trims nothing from a round of "
+                     r"4 uploads"):
+    deployed(aggregation="trimmed-mean")
 
 
 def test_a_robust_rule_is_refused_where_the_server_does_not_average(deployed, tiny_config):

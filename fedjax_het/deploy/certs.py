@@ -159,11 +159,12 @@ def make_supernode_tls(tls: TlsFiles, directory: str, name: str,
     SuperNode's ``--ssl-ca-certfile``, ``--ssl-certfile`` and ``--ssl-keyfile``.
   """
   private.ensure_private(directory)
-  ca_dir = os.path.dirname(tls.ca_cert)
-  with open(os.path.join(ca_dir, "ca.key"), "rb") as f:
-    ca_key = serialization.load_pem_private_key(f.read(), None)
-  with open(tls.ca_cert, "rb") as f:
-    ca = x509.load_pem_x509_certificate(f.read())
+  ca_dir = os.path.dirname(os.path.abspath(tls.ca_cert))
+  # the CA's folder (and its ancestors) checked before its key or certificate is read:
+  # a folder another user controls could hand us their CA
+  ca_key = serialization.load_pem_private_key(
+      private.read_private(os.path.join(ca_dir, "ca.key")), None)
+  ca = x509.load_pem_x509_certificate(private.read_private(tls.ca_cert))
   issuer = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
   key = ec.generate_private_key(ec.SECP384R1())
   cert = _certificate(hosts[0], key.public_key(), issuer, ca_key, days=days, ca=False,

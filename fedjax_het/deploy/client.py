@@ -38,6 +38,7 @@ from flwr.app import RecordDict
 from fedjax_het.deploy import federation as fed_lib
 from fedjax_het.deploy import private
 from fedjax_het.deploy import wire
+from fedjax_het.deploy.settings import EVAL_FAULTS
 from fedjax_het.deploy.settings import NodeSettings
 from fedjax_het.deploy.settings import parse_faults
 from fedjax_het.deploy.settings import use_compilation_cache
@@ -129,6 +130,10 @@ def _malformed(kind: str, upload: list[np.ndarray], out: dict) -> list:
   if kind == "scaled":
     return [a * np.asarray(1e30, a.dtype) if np.issubdtype(a.dtype, np.inexact) else a
             for a in upload]
+  if kind in ("flood", "overflow"):  # finite, well-formed, and as large as it gets
+    value = 3e38 if kind == "flood" else 1e20
+    return [np.full_like(a, value) if np.issubdtype(a.dtype, np.inexact) else a
+            for a in upload]
   if kind == "oversize":
     return upload + [np.zeros(1 << 20, np.float32)]
   if kind == "shape":
@@ -167,13 +172,42 @@ def _as_record(arrays: list) -> ArrayRecord:
                       Array(np.ascontiguousarray(a)) for k, a in enumerate(arrays)})
 
 
+REPLY = "last_reply.npz"  # a client's previous train reply (the ``replay`` drill's)
+
+
+def _keep_reply(settings: NodeSettings, out: dict, upload: list) -> None:
+  """Keeps this train reply in the node's workdir for the ``replay`` drill (only the
+  replies of plain numpy arrays)."""
+  if all(isinstance(a, np.ndarray) for a in upload):
+    path = os.path.join(settings.workdir, REPLY)
+    np.savez(path + ".tmp.npz", *upload, meta=json.dumps(out))
+    os.replace(path + ".tmp.npz", path)
+
+
+def _replayed(settings: NodeSettings) -> tuple[dict, list] | None:
+  """The previous train reply (record values, arrays), or None."""
+  path = os.path.join(settings.workdir, REPLY)
+  if not os.path.exists(path):
+    return None
+  with np.load(path, allow_pickle=False) as z:
+    arrays = [z[f"arr_{k}"] for k in range(len(z.files) - 1)]
+    return json.loads(str(z["meta"])), arrays
+
+
 def train(message: Message, context: Context) -> Message:
   settings = NodeSettings.from_node_config(context.node_config)
   meta = _addressed(message, settings)
   round_ = int(meta["round"])
   drill = parse_faults(settings.fault).get(round_)
+  if drill in EVAL_FAULTS:
+    drill = None
   if drill:
     _drill(drill, {"client-id": settings.client_id, "round": round_})
+  if drill == "replay" and _replayed(settings) is not None:
+    out, upload = _replayed(settings)  # the old reply, its round and nonce included
+    return Message(RecordDict({wire.RECORD: wire.record(**out),
+                               wire.UPLOAD: _as_record(upload),
+                               wire.AUX: MetricRecord({"loss": 0.0})}), reply_to=message)
   t0 = time.perf_counter()
   node = open_client(settings, meta["config"])
   try:
@@ -188,9 +222,12 @@ def train(message: Message, context: Context) -> Message:
            f"loss {aux.get('loss', math.nan):.4f} | {time.perf_counter() - t0:.1f}s")
   finally:
     node.close()
-  out = {"client-id": settings.client_id, "round": round_, "num-examples": weight}
-  if drill:
+  out = {"client-id": settings.client_id, "round": round_, "num-examples": weight,
+         "nonce": meta.get("nonce", "")}
+  if drill and drill != "replay":
     upload = _malformed(drill, upload, out)
+  if "replay" in parse_faults(settings.fault).values():
+    _keep_reply(settings, out, upload)
   return Message(RecordDict({wire.RECORD: wire.record(**out),
                              wire.UPLOAD: _as_record(upload),
                              wire.AUX: MetricRecord(aux)}), reply_to=message)
@@ -205,10 +242,14 @@ def evaluate(message: Message, context: Context) -> Message:
     correct, total = node.evaluate(_payload(message, node.payload_like))
   finally:
     node.close()
+  if parse_faults(settings.fault).get(int(meta["round"])) == "inflate":
+    _drill("inflate", {"client-id": settings.client_id, "round": meta["round"]})
+    correct = total  # every test example claimed correct
   _say(f"client {settings.client_id}: round {meta['round']} evaluated: {correct}/{total} "
        f"correct | {time.perf_counter() - t0:.1f}s")
   return Message(RecordDict({wire.RECORD: wire.record(**{
-      "client-id": settings.client_id, "correct": correct, "total": total})}),
+      "client-id": settings.client_id, "correct": correct, "total": total,
+      "nonce": meta.get("nonce", "")})}),
                  reply_to=message)
 
 

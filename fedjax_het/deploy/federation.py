@@ -45,6 +45,7 @@ from fedjax_het.algorithms import base
 from fedjax_het.algorithms import get_spec
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.data.sources import parse_floats
+from fedjax_het.deploy.robust import STATE_BOUND
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import estimate
 from fedjax_het.training import experiment
@@ -274,7 +275,8 @@ class UploadRejected(ValueError):
 
 
 class NonFiniteState(ValueError):
-  """A server state holding a non-finite value: never adopted, never checkpointed."""
+  """A server state holding a non-finite or out-of-bound value (``state_problem``):
+  never adopted, never checkpointed, never resumed."""
 
 
 def non_finite_leaves(tree: PyTree) -> list[str]:
@@ -285,6 +287,31 @@ def non_finite_leaves(tree: PyTree) -> list[str]:
     if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
       out.append(jax.tree_util.keystr(path))
   return out
+
+
+def out_of_bound_leaves(tree: PyTree, bound: float = STATE_BOUND) -> list[str]:
+  """Paths of the floating-point leaves of ``tree`` holding a value beyond ``bound`` in
+  magnitude (finite ones included: 3e38 is finite, and poisons every later round)."""
+  out = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    a = np.asarray(leaf)
+    if np.issubdtype(a.dtype, np.inexact) and a.size and not float(
+        np.max(np.abs(a.astype(np.float64)))) <= bound:
+      out.append(jax.tree_util.keystr(path))
+  return out
+
+
+def state_problem(tree: PyTree) -> str | None:
+  """Why a server state may not be adopted, checkpointed or resumed (non-finite or
+  out-of-bound values, with their leaves), or None."""
+  bad = non_finite_leaves(tree)
+  if bad:
+    return f"holds non-finite values in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}"
+  big = out_of_bound_leaves(tree)
+  if big:
+    return (f"holds values beyond {STATE_BOUND:g} in {', '.join(big[:3])}"
+            f"{' ...' if len(big) > 3 else ''}")
+  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +433,18 @@ def expected_counts(fed: Federation, client_id: int) -> tuple[int | None, int | 
   g, j = fed.runtime.layout.group_of(client_id)
   index = fed.data.groups[g]
   return int(index.num_train[j]), int(index.num_test[j])
+
+
+def expected_class_counts(fed: Federation, client_id: int) -> np.ndarray | None:
+  """float64 [C] train examples of ``client_id`` per class from the server's partition
+  (None when the federation was laid out without data)."""
+  if fed.data is None:
+    return None
+  g, j = fed.runtime.layout.group_of(client_id)
+  index = fed.data.groups[g]
+  idx = np.asarray(index.train_idx[j])[np.asarray(index.train_mask[j])]
+  labels = np.asarray(fed.data.y)[idx]
+  return np.bincount(labels, minlength=fed.runtime.layout.num_classes).astype(np.float64)
 
 
 def key_to_bytes(key: jax.Array) -> bytes:
@@ -577,7 +616,8 @@ class ServerNode:
     rng = jax.random.PRNGKey(fed.config.seed)
     abstract = State(jax.ShapeDtypeStruct((), jnp.int32),
                      jax.eval_shape(lambda: rng), (), abstract_server(fed))
-    restored = self.ckpt.restore_latest(on_device(abstract))
+    self.repairs: list[str] = []  # checkpoints set aside at restore, one line each
+    restored = self._restore_checked(on_device(abstract))
     if restored is None:
       theta = program.jit_init(proto.init_server)(rng)
       self.state = State(jnp.zeros((), jnp.int32), rng, (), theta)
@@ -596,6 +636,33 @@ class ServerNode:
                          "Moss's public set): prepare_federation(config, with_data=True)")
       placed = fed.data.replace(x=jnp.asarray(fed.data.x), y=jnp.asarray(fed.data.y))
       self._server_data = jax.jit(proto.server_data)(placed, rng)
+
+  def _restore_checked(self, abstract):
+    """The newest checkpoint whose state passes ``state_problem``; a newer one that fails
+    is set aside (``Checkpointer.quarantine``: kept in ``checkpoints.corrupted/``, not
+    deleted) and named in ``repairs``.
+
+    Raises:
+      NonFiniteState: checkpoints exist and every one fails (one line, naming them).
+    """
+    refused = []
+    while True:
+      restored = self.ckpt.restore_latest(abstract)
+      if restored is None:
+        break
+      why = state_problem(restored[0].server)
+      if why is None:
+        return restored
+      step = int(restored[0].round)
+      refused.append(step)
+      self.repairs.append(f"checkpoint of round {step} {why}; set aside in "
+                          f"{self.ckpt.manager.directory}.corrupted/{step}")
+      self.ckpt.quarantine(step)
+    if refused:
+      raise NonFiniteState(f"refusing to resume: every checkpoint ({refused}) in "
+                           f"{self.workdir}/checkpoints fails the server's checks (kept in "
+                           "checkpoints.corrupted/); resubmit with fresh-start to begin anew")
+    return None
 
   @property
   def round(self) -> int:
@@ -634,6 +701,10 @@ class ServerNode:
 
     Returns:
       the protocol's own metrics as Python values.
+
+    Raises:
+      NonFiniteState: the new state fails ``state_problem`` (non-finite, or beyond
+        ``STATE_BOUND``); the state is kept.
     """
     layout = self.fed.runtime.layout
     order = self.draw()
@@ -650,11 +721,9 @@ class ServerNode:
     _, train_key = base.keys_of_round(self.state.rng, self.state.round)
     server, metrics = self._aggregate(self.state.server, tuple(uploads), tuple(weights),
                                       train_key, self._server_data)
-    bad = non_finite_leaves(server)
-    if bad:
-      raise NonFiniteState(f"the aggregated server state holds non-finite values in "
-                           f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; kept "
-                           "the previous state")
+    why = state_problem(server)
+    if why:
+      raise NonFiniteState(f"the aggregated server state {why}; kept the previous state")
     self.state = self.state.replace(round=self.state.round + 1, server=server)
     return {k: np.asarray(v).tolist() for k, v in metrics.items()}
 
@@ -664,10 +733,9 @@ class ServerNode:
     Raises:
       NonFiniteState: the state holds a non-finite value (nothing is written).
     """
-    bad = non_finite_leaves(self.state.server)
-    if bad:
-      raise NonFiniteState(f"server state of round {self.round} holds non-finite values "
-                           f"in {', '.join(bad[:3])}; not checkpointed")
+    why = state_problem(self.state.server)
+    if why:
+      raise NonFiniteState(f"server state of round {self.round} {why}; not checkpointed")
     self.meta = dict(meta, round=self.round)
     self.ckpt.save(self.round, self.state, self.meta)
 

@@ -20,15 +20,16 @@ The pieces, one job each:
 - ``roster``: which SuperNode is which client (``admission``, ``Roster``) and the
   exchange of a round's messages (``exchange``);
 - ``server``: the rounds (``FlowerServer``, ``run_server``);
-- ``robust``: the norm bound, robust aggregation and the bench;
+- ``robust``: the default bounds on uploads, robust aggregation and the bench;
 - ``client``: the ClientApp's handlers and fault drills.
 
 What crosses the wire (message types of ``flwr.app.MessageType``):
 
 - ``query`` (once per SuperNode): the config down; the node's client id up.
 - ``train`` (round r): the payload ``downlink(server, g)`` of the client's group, the
-  round, the client's PRNG key (the simulator's) and its id down; the upload, the
-  client's train example count and its training metrics up.
+  round, a fresh nonce, the client's PRNG key (the simulator's) and its id down; the
+  upload, the round and nonce echoed, the client's train example count and its
+  training metrics up.
 - ``evaluate`` (evaluation rounds): the payload down; ``(correct, total)`` of the
   client's personalized model on its test split up.
 

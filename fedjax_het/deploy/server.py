@@ -6,16 +6,23 @@ later), draw the round's clients as the simulator does, leave out the benched on
 (``robust.Bench``), send each connected drawn client its train message, wait at most
 ``round-timeout`` s (``straggler-timeout`` s once the quorum of uploads is in), then:
 
-1. read every reply defensively (``wire.read_upload``: sender, size, the ``.npy`` headers
-   against the expected shapes and dtypes before any allocation, finite values, weight,
-   metrics); any exception there is that client's rejection, logged with its reason;
-2. apply the norm bound (``upload-norm-bound``: reject or clip, ``robust.norm_bound``);
+1. read every reply defensively (``wire.read_upload``: sender, the message's round and
+   nonce echoed (no replay), size, the ``.npy`` headers against the expected shapes and
+   dtypes before any allocation, finite values, weight, metrics); any exception there
+   is that client's rejection, logged with its reason;
+2. bound every upload (on by default, ``upload-norm-bound`` 10): its update's
+   coordinates and norm against the round's lower medians (``robust.bound_updates``),
+   or, for class tables, its counts by the client's known examples and its rows
+   (``robust.bound_tables``); a clipped upload is named in the log;
 3. with at least the quorum of uploads left (``ServerSettings.quorum``: by default half
    of the clients sent a message, rounded up), aggregate them (``aggregation``: the
    algorithm's mean, or a coordinate-wise median or trimmed mean); else the round is
    tried again (at most ``round-attempts`` times, then the run fails);
-4. refuse a new server state holding a non-finite value (the round is then tried again,
-   from the previous state), so no checkpoint holds one;
+4. refuse a new server state holding a non-finite value or one beyond
+   ``robust.STATE_BOUND``; the upload that made it so is found by leaving one out at a
+   time, rejected by name, and the rest aggregated (no honest client is blamed); where
+   no single upload explains it the round is tried again from the previous state, so no
+   checkpoint holds one (and a resumed run sets such a checkpoint aside);
 5. bench a client rejected ``bench-after`` rounds running for ``bench-rounds`` rounds.
 
 A missing reply, an error reply or a rejected upload is that client's failure for the
@@ -33,6 +40,7 @@ import os
 import time
 from typing import Callable
 
+import jax
 import numpy as np
 from flwr.app import ArrayRecord
 from flwr.app import Message
@@ -89,11 +97,40 @@ class FlowerServer:
     self.last_accuracy = {int(k): v for k, v in meta.get("per_client_test_acc", {}).items()}
     self.payload_size = [base.count_params(fed_lib.abstract_payload(fed, g))
                          for g in node.groups]
+    # per group: the upload is the payload trained (its update = upload - payload), a
+    # class table (``robust.bound_tables``), or an update of its own (FedKD's factors)
+    self.update_of_payload = [_alike(node.upload_like[g], fed_lib.abstract_payload(fed, g))
+                              for g in node.groups]
+    self.tables = [robust.is_table(node.upload_like[g]) for g in node.groups]
+    self.nonces: dict[int, str] = {}  # the nonce of each client's last message
+    self.sent: dict[int, list[np.ndarray]] = {}  # the payloads of the round, by group
+    self.update_norms: dict[int, float] = {}  # of the round's uploads as received
+    self.round_norms: dict[int, dict[int, float]] = {}  # round -> update_norms
+    robust.check_trim(settings.aggregation, settings.trim_fraction, len(node.draw()))
+    for line in self.defence_lines():
+      log(line)
+
+  def defence_lines(self) -> list[str]:
+    """What bounds one client's influence in this run (its first lines)."""
+    s = self.settings
+    warning = robust.unbounded_warning(s.aggregation, s.upload_norm_bound)
+    if warning:
+      return [warning]
+    what = ("class tables: counts cut to each client's known examples, rows"
+            if any(self.tables) else "updates")
+    return [f"server: aggregation {s.aggregation}"
+            + (f" (trim-fraction {s.trim_fraction:g})" if s.aggregation == "trimmed-mean"
+               else "")
+            + f"; {what} bounded by {s.upload_norm_bound:g} x the round's reference "
+            f"({s.upload_norm_action})" if s.upload_norm_bound > 0 else
+            f"server: aggregation {s.aggregation}; no upload bound"]
 
   # ---- SuperNodes
   def _message(self, client_id: int, kind: str, round_: int, payload=None, key=None,
                timeout: float | None = None) -> Message:
-    values = {"client-id": client_id, "round": round_, "config": self.config_json}
+    self.nonces[client_id] = wire.new_nonce()
+    values = {"client-id": client_id, "round": round_, "config": self.config_json,
+              "nonce": self.nonces[client_id]}
     if key is not None:
       values["key"] = fed_lib.key_to_bytes(key)
     content = RecordDict({wire.RECORD: wire.record(**values)})
@@ -109,6 +146,7 @@ class FlowerServer:
     node = self.node
     draw = node.draw()
     payloads = {g: node.payload(g) for g in node.groups}
+    self.sent = payloads
     benched = [c for c in self.bench.benched(round_) if c in draw]
     messages = {c: self._message(c, MessageType.TRAIN, round_,
                                  payloads[self.layout.group_of(c)[0]], key)
@@ -125,21 +163,22 @@ class FlowerServer:
 
   def _read_round(self, round_: int, replies) -> tuple[dict, list[int]]:
     """({client: (arrays, weight, aux)} accepted, [clients rejected]) of the replies;
-    every rejection logged with its reason."""
+    every rejection logged with its reason, every upload bounded (``_bound``)."""
     node, received, failed = self.node, {}, []
     for c, reply in sorted(replies.items()):
       g = self.layout.group_of(c)[0]
       try:
         received[c] = wire.read_upload(reply, c, node.upload_like[g],
-                                       fed_lib.expected_counts(node.fed, c)[0])
+                                       fed_lib.expected_counts(node.fed, c)[0],
+                                       nonce=self.nonces.get(c), round_=round_)
       except Exception as err:  # pylint: disable=broad-exception-caught
         failed.append(c)
         self.log(f"server: round {round_}: client {c} failed: {wire.rejection(err)}")
         if wire.unanswered(reply):
           self.roster.lose(c)
-    s = self.settings
-    kept, notes = robust.norm_bound({c: r[0] for c, r in received.items()},
-                                    s.upload_norm_bound, s.upload_norm_action)
+    self.update_norms = {}
+    kept, notes = self._bound(received)
+    self.round_norms[round_] = dict(self.update_norms)
     for c, why in sorted(notes.items()):
       if c in kept:
         self.log(f"server: round {round_}: client {c}'s upload clipped: {why}")
@@ -150,28 +189,86 @@ class FlowerServer:
         del received[c]
     return received, sorted(failed)
 
+  def _bound(self, received: dict) -> tuple[dict, dict[int, str]]:
+    """The uploads bounded (``robust.bound_tables`` for class tables,
+    ``robust.bound_updates`` for the others); ({client: arrays} kept, {client: why})."""
+    s, group = self.settings, lambda c: self.layout.group_of(c)[0]
+    bound = s.upload_norm_bound
+    tables = {c: r[0] for c, r in received.items() if self.tables[group(c)]}
+    others = {c: r[0] for c, r in received.items() if not self.tables[group(c)]}
+    kept, notes = {}, {}
+    if tables:
+      known = {}
+      for c in tables:
+        per_class = fed_lib.expected_class_counts(self.node.fed, c)
+        known[c] = per_class if per_class is not None else float(received[c][1])
+      k, n = robust.bound_tables(tables, known, bound)
+      kept.update(k)
+      notes.update(n)
+    if others:
+      refs = {c: self.sent.get(group(c)) if self.update_of_payload[group(c)] else None
+              for c in others}
+      k, n, norms = robust.bound_updates(others, refs, bound, s.upload_norm_action)
+      self.update_norms = norms
+      kept.update(k)
+      notes.update(n)
+    return kept, notes
+
+  def _aggregate(self, round_: int, received: dict, failed: list[int]) -> dict | None:
+    """Aggregates ``received``; the protocol's metrics, or None (not aggregated).
+
+    A new state that fails the checks (``federation.state_problem``) is never adopted:
+    each upload is left out in turn (client order) until the rest pass; that client is
+    rejected by name (moved from ``received`` to ``failed``) and the rest adopted.
+    """
+    node, s = self.node, self.settings
+
+    def attempt(uploads: dict):
+      rows = robust.robust_uploads({c: r[0] for c, r in uploads.items()}, s.aggregation,
+                                   s.trim_fraction)
+      return node.aggregate({c: (rows[c], uploads[c][1]) for c in uploads})
+    try:
+      return attempt(received)
+    except fed_lib.NonFiniteState as err:
+      self.log(f"server: round {round_}: not adopted: {err}; looking for the upload "
+               "that caused it (each left out in turn)")
+    for c in sorted(received):
+      rest = {k: v for k, v in received.items() if k != c}
+      if len(rest) < self.quorum:
+        break
+      try:
+        extra = attempt(rest)
+      except fed_lib.NonFiniteState:
+        continue
+      self.log(f"server: round {round_}: client {c} failed: the aggregate with its upload "
+               "fails the server's checks, without it passes; aggregated the others")
+      del received[c]
+      failed.append(c)
+      return extra
+    self.log(f"server: round {round_}: not aggregated: no single upload explains the "
+             "failed checks; kept the previous state")
+    return None
+
   def train_round(self) -> bool:
     """Trains, checks and aggregates the next round; False when too few uploads came
-    (or the aggregate was not finite)."""
-    node, round_ = self.node, self.node.round + 1
+    (or no aggregate passed the checks)."""
+    round_ = self.node.round + 1
     _, replies = self._send_round(round_)
     received, failed = self._read_round(round_, replies)
+    extra = None
+    if len(received) < self.quorum:
+      self.log(f"server: round {round_}: {len(received)} uploads, {len(failed)} failed; "
+               f"fewer than the quorum of {self.quorum} (min-fit-clients): not aggregated")
+    else:
+      extra = self._aggregate(round_, received, failed)
+    failed.sort()
     rejected = [c for c in failed if replies.get(c) is not None
                 and not wire.unanswered(replies[c])]
     for c, last in sorted(self.bench.record(round_, rejected, list(received)).items()):
       self.log(f"server: round {round_}: client {c} benched until round {last} (not "
                f"drawn in rounds {round_ + 1}-{last}): its uploads were rejected "
                f"{self.settings.bench_after} rounds running")
-    if len(received) < self.quorum:
-      self.log(f"server: round {round_}: {len(received)} uploads, {len(failed)} failed; "
-               f"fewer than the quorum of {self.quorum} (min-fit-clients): not aggregated")
-      return False
-    uploads = robust.robust_uploads({c: r[0] for c, r in received.items()},
-                                    self.settings.aggregation, self.settings.trim_fraction)
-    try:
-      extra = node.aggregate({c: (uploads[c], received[c][1]) for c in received})
-    except fed_lib.NonFiniteState as err:
-      self.log(f"server: round {round_}: not aggregated: {err}")
+    if extra is None:
       return False
     ids = sorted(received)  # replies arrive in any order; sums go in client order
     self.up += float(np.mean([fed_lib.num_scalars(received[c][0]) for c in ids]))
@@ -199,8 +296,11 @@ class FlowerServer:
                                     self.settings.round_timeout).items()):
       try:
         correct, total = wire.read_evaluation(
-            reply, c, fed_lib.expected_counts(self.node.fed, c)[1])
+            reply, c, fed_lib.expected_counts(self.node.fed, c)[1], nonce=self.nonces.get(c))
         accuracy[c] = correct / max(total, 1)
+        if total and correct == total:
+          self.log(f"server: round {round_}: client {c} reports all its {total} test "
+                   "examples correct: its own claim, which the server cannot check")
       except Exception as err:  # pylint: disable=broad-exception-caught
         self.log(f"server: round {round_}: client {c}'s evaluation failed: "
                  f"{wire.rejection(err)}")
@@ -268,6 +368,14 @@ class FlowerServer:
     }
 
 
+def _alike(upload, payload) -> bool:
+  """Whether an upload shaped ``upload`` has the leaves of the payload ``payload``
+  (structure, shapes and dtypes): it is then the payload trained."""
+  return jax.tree.structure(upload) == jax.tree.structure(payload) and all(
+      a.shape == b.shape and a.dtype == b.dtype
+      for a, b in zip(jax.tree.leaves(upload), jax.tree.leaves(payload)))
+
+
 def config_json(fed: fed_lib.Federation) -> str:
   """The resolved experiment config, as every message carries it."""
   return json.dumps(fed.config.to_dict(), sort_keys=True)
@@ -305,6 +413,8 @@ def run_server(grid: Grid, settings: settings_lib.ServerSettings) -> dict:
   roster.discover(0)  # the SuperNodes compile their rounds while the server compiles
   node = fed_lib.ServerNode(fed, workdir)
   metrics_lib.write_json(os.path.join(workdir, "config.json"), fed.config.to_dict())
+  for line in node.repairs:
+    log(f"server: {line}")
   server = FlowerServer(grid, node, settings, log, roster)
   if node.round:
     log(f"server: resumed from round {node.round} in {workdir}")

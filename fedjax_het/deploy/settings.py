@@ -24,7 +24,10 @@ from fedjax_het.deploy import robust
 # fault drills of a SuperNode (``NodeSettings.fault``): the first two act on the process,
 # the others send a malformed reply (``client._malformed``)
 FAULTS = ("kill", "hang", "nan", "oversize", "shape", "impersonate", "torch", "zip",
-          "overlong", "huge", "truncated", "dtype", "scaled")
+          "overlong", "huge", "truncated", "dtype", "scaled", "flood", "overflow", "replay",
+          "inflate")
+# drills of the evaluate message (the others act on the train message)
+EVAL_FAULTS = frozenset({"inflate"})
 
 
 # ---------------------------------------------------------------- configuration
@@ -71,13 +74,18 @@ class ServerSettings:
       waits for the others (0: until ``round_timeout``).
     round_attempts: tries of a round that gets too few uploads before the run fails.
     fresh_start: discard a previous run's checkpoints and metrics in ``workdir``.
-    upload_norm_bound: B > 0 bounds every upload's L2 norm by B times the round's
-      reference (the lower median of the uploads' norms); 0: no bound (``robust.py``).
-    upload_norm_action: ``reject`` (the client's failure for the round) or ``clip``
-      (scaled down to the bound).
+    upload_norm_bound: B > 0 (default ``robust.DEFAULT_BOUND`` = 10) bounds every
+      upload's update (its distance from the payload it was sent): each coordinate and
+      its L2 norm by B times the round's reference (lower medians), class tables by
+      their counts and rows (``robust.py``); 0: no bound (with ``aggregation=mean``
+      the run says on its first line that it is unbounded).
+    upload_norm_action: ``clip`` (default: scaled down to the bound, the client named
+      in the log) or ``reject`` (the client's failure for the round).
     aggregation: ``mean`` (the algorithm's own), ``median`` or ``trimmed-mean``
       (coordinate-wise, for the algorithms of ``robust.AVERAGING``).
-    trim_fraction: the fraction cut at each end by ``trimmed-mean``, in [0, 0.5).
+    trim_fraction: the fraction cut at each end by ``trimmed-mean``, in [0, 0.5):
+      ``floor(f n)`` of n uploads, at least 1 with 3 or more (``robust.trim_count``); a
+      run whose ``floor(f n)`` is 0 for its full draw is refused at start.
     bench_after: a client whose upload is rejected this many rounds running is not
       drawn for ``bench_rounds`` rounds (0: never benched).
     bench_rounds: rounds a benched client sits out.
@@ -92,8 +100,8 @@ class ServerSettings:
   straggler_timeout: float = 0.0
   round_attempts: int = 3
   fresh_start: bool = False
-  upload_norm_bound: float = 0.0
-  upload_norm_action: str = "reject"
+  upload_norm_bound: float = robust.DEFAULT_BOUND
+  upload_norm_action: str = "clip"
   aggregation: str = "mean"
   trim_fraction: float = 0.1
   bench_after: int = 3
@@ -147,7 +155,11 @@ class NodeSettings:
       its bytes), ``huge`` (a ``.npy`` header of 2^40 elements), ``truncated`` (half the
       values' bytes), ``dtype`` (float64 values where float32 are due), ``scaled`` (the
       upload times 1e30). Every malformed array but ``shape``'s and ``oversize``'s comes
-      with the expected declared dtype and shape: only the bytes lie.
+      with the expected declared dtype and shape: only the bytes lie. Well-formed but
+      hostile: ``flood`` (3e38, finite, in every floating-point value), ``overflow``
+      (1e20 in every one: a class table's counts times means overflow float32),
+      ``replay`` (the client's previous train reply sent again, its round and nonce
+      included), ``inflate`` (an evaluation reply claiming every test example correct).
   """
   client_id: int = -1
   workdir: str = ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -161,13 +162,33 @@ def rejection(err: BaseException) -> fed_lib.UploadRejected:
   return fed_lib.UploadRejected(f"unreadable reply ({type(err).__name__}: {err})")
 
 
-def read_upload(reply: Message | None, client_id: int, like, expected_weight: int | None
+def new_nonce() -> str:
+  """A fresh per-message nonce (128 random bits, hex): sent with every train and
+  evaluate message, echoed by the reply and checked, so a reply recorded in another
+  round (or for another client) is refused as a replay."""
+  return os.urandom(16).hex()
+
+
+def check_fresh(meta, nonce: str | None, round_: int | None) -> None:
+  """``UploadRejected`` unless the reply record ``meta`` echoes the message's ``nonce``
+  and ``round_`` (either None: not checked)."""
+  if round_ is not None and meta.get("round") != round_:
+    raise fed_lib.UploadRejected(f"the reply is for round {meta.get('round')!r}, not "
+                                 f"round {round_}: a replayed or stale reply")
+  if nonce is not None and meta.get("nonce") != nonce:
+    raise fed_lib.UploadRejected("the reply does not echo its message's nonce: a replayed "
+                                 "or forged reply")
+
+
+def read_upload(reply: Message | None, client_id: int, like, expected_weight: int | None,
+                *, nonce: str | None = None, round_: int | None = None
                 ) -> tuple[list[np.ndarray], int, dict]:
   """(arrays, weight, metrics) of a train reply, or ``UploadRejected`` saying why.
 
   Whatever a reply holds, this raises nothing else: every other exception (a record of
   the wrong kind, a malformed ``.npy``, an exhausted allocation) becomes the client's
-  ``UploadRejected``.
+  ``UploadRejected``. With ``nonce`` and ``round_`` the reply must echo both
+  (``check_fresh``).
   """
   try:
     _checked(reply)
@@ -175,6 +196,8 @@ def read_upload(reply: Message | None, client_id: int, like, expected_weight: in
     rec = reply.content.array_records.get(UPLOAD)
     if meta is None or rec is None:
       raise fed_lib.UploadRejected(f"reply without its {RECORD!r} and {UPLOAD!r} records")
+    if meta.get("client-id") == client_id:
+      check_fresh(meta, nonce, round_)
     arrays = ordered_arrays(rec)
     import jax  # pylint: disable=import-outside-toplevel  (the server has it loaded)
     leaves = jax.tree.leaves(like)
@@ -189,10 +212,11 @@ def read_upload(reply: Message | None, client_id: int, like, expected_weight: in
     raise rejection(err) from err
 
 
-def read_evaluation(reply: Message | None, client_id: int, expected_total: int | None
-                    ) -> tuple[int, int]:
+def read_evaluation(reply: Message | None, client_id: int, expected_total: int | None,
+                    *, nonce: str | None = None) -> tuple[int, int]:
   """(correct, total) of an evaluate reply, or ``UploadRejected`` saying why (and
-  nothing else, as ``read_upload``)."""
+  nothing else, as ``read_upload``). A client's counts are its own claim: the server
+  checks their form and total, not whether they are true."""
   try:
     _checked(reply)
     meta = reply.content.config_records.get(RECORD)
@@ -200,6 +224,7 @@ def read_evaluation(reply: Message | None, client_id: int, expected_total: int |
       raise fed_lib.UploadRejected(
           f"the reply to client {client_id} claims to come from client "
           f"{None if meta is None else meta.get('client-id')!r}")
+    check_fresh(meta, nonce, None)
     return fed_lib.check_counts(meta.get("correct"), meta.get("total"), expected_total)
   except Exception as err:  # pylint: disable=broad-exception-caught
     raise rejection(err) from err
