@@ -172,8 +172,10 @@ class Compiled:
 
 
 def compile_lowered(lowered, timeout_s: float | None, options: dict):
-  """``(compiled, wall s, (XLA CPU s, ptxas CPU s), XlaTimes)``; exits the process with a
-  line where the compile runs past ``timeout_s`` (an XLA compile cannot be stopped)."""
+  """``((compiled, None) or (None, error), wall s, (XLA CPU s, ptxas CPU s), XlaTimes)``;
+  exits the process with a line where the compile runs past ``timeout_s`` (an XLA compile
+  cannot be stopped). A compile that raises is measured all the same: its error says
+  how far it came with XLA's timers (``backend`` > 0: every pass and LLVM ran)."""
   done = threading.Event()
   if timeout_s:
     def watchdog():
@@ -187,12 +189,17 @@ def compile_lowered(lowered, timeout_s: float | None, options: dict):
     threading.Thread(target=watchdog, daemon=True).start()
   cpu0 = cpu_seconds()
   t = time.perf_counter()
+  compiled = error = None
   with stderr_captured() as log:
-    compiled = lowered.compile(compiler_options=options or None)
+    try:
+      compiled = lowered.compile(compiler_options=options or None)
+    except Exception as err:  # noqa: BLE001 - reported with the timers XLA logged
+      error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
   wall = time.perf_counter() - t
   done.set()
   cpu1 = cpu_seconds()
-  return compiled, wall, (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]), parse_xla_log(log[0])
+  return (compiled, error), wall, (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]), parse_xla_log(
+      log[0])
 
 
 def stage(name: str, jitted, args, seen: dict, timeout_s, top: int,
@@ -217,19 +224,25 @@ def stage(name: str, jitted, args, seen: dict, timeout_s, top: int,
                     f"program as {seen[fingerprint]}: not compiled again", record)
   seen[fingerprint] = name
   options = deviceless.compiler_options() if options is None else options
-  compiled, wall, (xla_cpu, ptxas_cpu), times = compile_lowered(lowered, timeout_s, options)
-  count = hlo_size.kernels(compiled)
+  (compiled, error), wall, (xla_cpu, ptxas_cpu), times = compile_lowered(
+      lowered, timeout_s, options)
   record.update(compile_s=round(wall, 2), xla_cpu_s=round(xla_cpu, 2),
                 ptxas_cpu_s=round(ptxas_cpu, 2), hlo_passes_s=round(times.hlo_passes, 2),
                 backend_s=round(times.backend, 2), llvm_s=round(times.llvm, 2),
-                ptxas_s=round(times.ptxas, 2), fusions=count.fusions,
-                distinct_kernels=count.distinct,
+                ptxas_s=round(times.ptxas, 2),
                 top_passes={k: round(v, 2) for k, v in times.top(top)})
+  if compiled is None:
+    record["error"] = error
+    kernels = f"no executable ({error})"
+  else:
+    count = hlo_size.kernels(compiled)
+    record.update(fusions=count.fusions, distinct_kernels=count.distinct)
+    kernels = str(count)
   passes = ", ".join(f"{k} {v:.1f} s" for k, v in times.top(top)) or "no pass timers read"
   return Compiled(
       f"{name}: trace {trace_s:.1f} s, lower {lower_s:.1f} s, compile {wall:.1f} s wall, "
       f"XLA {xla_cpu:.1f} CPU-s (+ ptxas {ptxas_cpu:.1f} CPU-s), HLO passes "
-      f"{times.hlo_passes:.1f} s, backend {times.backend:.1f} s, {count} | top passes: "
+      f"{times.hlo_passes:.1f} s, backend {times.backend:.1f} s, {kernels} | top passes: "
       f"{passes}", record)
 
 
@@ -356,8 +369,9 @@ def measure(runs, target: str, parallelisms, seeds: int, log=print, out=None,
         records.append(record)
         line = result.line
         if before and "compile_s" in record:
+          within = "within" if record["compile_s"] <= limit else "over"
           line += (f" | deviceless {before['xla_cpu_s']:.1f} + {before['ptxas_cpu_s']:.1f} "
-                   f"CPU-s: limit {limit:.0f} s, {'within' if record['compile_s'] <= limit else 'over'}")
+                   f"CPU-s: limit {limit:.0f} s, {within}")
         log(line)
         if out:
           with open(out, "a") as f:
@@ -369,16 +383,16 @@ def table(records: list[dict]) -> str:
   """A markdown table of ``--out`` records, one row per compiled program (programs that
   were the same module as an earlier one are counted in its row's last column)."""
   same = collections.Counter(r["same_as"] for r in records if "same_as" in r)
-  rows = ["| program | seeds | XLA CPU-s | ptxas CPU-s | wall s | HLO passes s | backend s | "
-          "fused computations | top passes | same module |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+  rows = ["| program | seeds | jax | XLA CPU-s | ptxas CPU-s | wall s | HLO passes s | "
+          "backend s | fused computations | top passes | same module |",
+          "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
   for r in records:
     if "compile_s" not in r:
       continue
     passes = ", ".join(f"{k} {v:.1f}" for k, v in list(r["top_passes"].items())[:3])
-    rows.append(f"| {r['program']} | {r['seeds']} | {r['xla_cpu_s']:.1f} | "
+    rows.append(f"| {r['program']} | {r['seeds']} | {r.get('jax', '?')} | {r['xla_cpu_s']:.1f} | "
                 f"{r['ptxas_cpu_s']:.1f} | {r['compile_s']:.1f} | {r['hlo_passes_s']:.1f} | "
-                f"{r['backend_s']:.1f} | {r['fusions']} | {passes} | "
+                f"{r['backend_s']:.1f} | {r.get('fusions', 'no executable')} | {passes} | "
                 f"{same.get(r['program'], 0)} |")
   return "\n".join(rows)
 

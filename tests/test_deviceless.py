@@ -148,15 +148,15 @@ def test_compiles_for_an_h100_without_a_device(tmp_path):
 
 
 def test_the_table_has_a_row_per_compiled_program_and_counts_the_same_modules():
-  compiled = {"program": "p init", "seeds": 1, "xla_cpu_s": 3.25, "ptxas_cpu_s": 1.0,
-              "compile_s": 5.5, "hlo_passes_s": 2.0, "backend_s": 3.0, "fusions": 42,
+  compiled = {"program": "p init", "seeds": 1, "jax": "0.10.2", "xla_cpu_s": 3.25,
+              "ptxas_cpu_s": 1.0, "compile_s": 5.5, "hlo_passes_s": 2.0, "backend_s": 3.0, "fusions": 42,
               "top_passes": {"priority-fusion": 1.5, "dce": 0.25, "algsimp": 0.1,
                              "cse": 0.05}}
   lines = gpu_compile.table([compiled, {"program": "q init", "seeds": 1, "same_as": "p init"},
                              {"program": "r init", "seeds": 1, "same_as": "p init"}])
   rows = lines.splitlines()
   assert len(rows) == 3  # header, rule, one compiled program
-  assert rows[2] == ("| p init | 1 | 3.2 | 1.0 | 5.5 | 2.0 | 3.0 | 42 | "
+  assert rows[2] == ("| p init | 1 | 0.10.2 | 3.2 | 1.0 | 5.5 | 2.0 | 3.0 | 42 | "
                      "priority-fusion 1.5, dce 0.2, algsimp 0.1 | 2 |")
 
 
@@ -185,3 +185,15 @@ def test_a_lease_checks_against_the_figure_of_its_own_jax(tmp_path):
   assert expected[("b", 1, "h100")]["xla_cpu_s"] == 7.0  # the last of another jax's
   # twice the CPU seconds (XLA's and ptxas') and a minute for autotuning
   assert gpu_compile.expected_limit(expected[("a", 1, "h100")]) == 2 * 21.0 + 60.0
+
+
+def test_a_compile_that_raises_is_reported_with_its_timers_and_the_sweep_goes_on():
+  x = jax.ShapeDtypeStruct((3,), np.float32)
+  seen = {}
+  bad = gpu_compile.stage("bad", jax.jit(lambda a: a * 2), (x,), seen, None, 3,
+                          options={"xla_no_such_option_here": True})
+  assert "xla_no_such_option_here" in bad.record["error"] and "fusions" not in bad.record
+  assert "no executable" in bad.line and bad.record["compile_s"] >= 0
+  assert "| no executable |" in gpu_compile.table([dict(bad.record, seeds=1)])
+  good = gpu_compile.stage("good", jax.jit(lambda a: a * 3), (x,), seen, None, 3, options={})
+  assert "error" not in good.record and good.record["fusions"] >= 0
