@@ -45,7 +45,7 @@ from init_compile import load
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import rounds
 from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
 from fedjax_het.training import hlo_size
@@ -176,19 +176,19 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False,
 
 
 def group_computations(exp, state, data) -> list:
-  """``[(fn, abstract operands)]``: every computation of its own (``base.own_computation``:
+  """``[(fn, abstract operands)]``: every computation of its own (``rounds.own_computation``:
   each group's round, then each group's evaluation) of ``exp``'s round and evaluation.
 
-  ``base.own_computation`` is patched for the duration of one ``jax.eval_shape`` of each
+  ``rounds.own_computation`` is patched for the duration of one ``jax.eval_shape`` of each
   and records what it is called with, so each can be jitted as a program of its own.
   """
-  recorded, own = [], base.own_computation
+  recorded, own = [], rounds.own_computation
 
   def record(fn, operands, witness):
     recorded.append((fn, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       operands)))
     return own(fn, operands, witness)
-  with mock.patch.object(base, "own_computation", record):
+  with mock.patch.object(rounds, "own_computation", record):
     for fn in (exp.algorithm.round, exp.algorithm.evaluate):
       # a new function each time: jit's trace cache must not answer for an earlier trace
       jax.eval_shape(lambda s, d, fn=fn: fn(s, d), state, data)

@@ -58,7 +58,8 @@ from flax import linen as nn
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import EVALUATED
 from fedjax_het.algorithms.mutual import KL_REDUCTIONS
 from fedjax_het.algorithms.mutual import check_evaluate
@@ -122,7 +123,7 @@ def compress_tree(tree, energy: float | jax.Array):
     the tree itself and its size (a traced energy always compresses).
   """
   if not isinstance(energy, jax.Array) and energy <= 0:
-    return tree, jnp.asarray(base.count_params(tree), jnp.float32)
+    return tree, jnp.asarray(api.count_params(tree), jnp.float32)
 
   def one(a):
     if a.ndim < 2:
@@ -158,18 +159,18 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask,
   return loss_t, loss_s
 
 
-def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedkd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
           weight_decay: float = 0.0, grad_clip: float = 0.0,
           small_arch: str = "cnn5", rep_dim: int = LOCAL_REP_DIM,
           svd_energy_start: float = 0.95, svd_energy_end: float = 0.98,
           num_rounds: int = 100, evaluate: str = "private",
-          kl_reduction: str = "batchmean") -> base.Algorithm:
+          kl_reduction: str = "batchmean") -> api.Algorithm:
   """Builds FedKD.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of mentor, mentee and W_h.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     small_arch, rep_dim: architecture and representation width of the mentee.
     svd_energy_start, svd_energy_end: energy T kept by the SVD compression of updates
       at the first and the last round, in [0, 1] (start 0 = no compression; the paper
@@ -195,7 +196,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return energy_at(round_, svd_energy_start, svd_energy_end, num_rounds)
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   w_h = nn.Dense(LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_params(g, key):
     k1, k2 = jax.random.split(key)
@@ -214,12 +215,12 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def client_update(g, client, payload, data, idx, mask, key):
     theta = payload["theta"]
-    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
                        mask, key, **rt.train_options())
     update, sent = compress_tree(uplink(r.params, theta),
                                  payload["energy"] if compress else 0.0)
-    return (base.ClientState(r.params, None, r.opt_state), update,
+    return (api.ClientState(r.params, None, r.opt_state), update,
             {"loss": r.loss, "sent": sent})
 
   def server_aggregate(server, uploads, weights, train_key, server_data):
@@ -241,12 +242,12 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                                   "energy": energy(server["round"])})
 
   def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    server, sent_down = base.aggregate_groups(proto, state, results)
+    results = rounds.train_protocol_groups(rt, proto, state, data)
+    server, sent_down = rounds.aggregate_groups(proto, state, results)
     active = jnp.concatenate([(r.weights > 0).astype(jnp.float32) for r in results])
     sent = jnp.concatenate([r.outputs[1]["sent"] for r in results])
     up = jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
+    metrics = rounds.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
                                  downlink=sent_down["downlink_params"])
     return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
                          server=server), metrics
@@ -265,8 +266,8 @@ def uplink(params, theta):
   return jax.tree.map(jnp.subtract, params["global"], theta)
 
 
-SPEC = base.Spec(
-    lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
+SPEC = api.Spec(
+    lambda c, rt: fedkd(rt, **api.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
     dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, svd_energy_start=0.95,
          svd_energy_end=0.98, evaluate="private", kl_reduction="batchmean"),
     choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
