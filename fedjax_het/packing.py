@@ -16,8 +16,9 @@ reshapes (``unpack``), which XLA fuses into the ops that read them.
 (``clients/0/float32`` in a checkpoint), and whose static part is the
 ``PackSpec`` (tree structure, leaf shapes and dtypes, offsets): ``jax.tree.map``,
 shardings, ``jax.eval_shape``, donation and orbax see buffers. Reading an attribute of
-the state it packs (``state.clients[g].params``) unpacks it, so analysis code and tests
-read trees as before.
+the state it packs (``state.clients[g].params``) unpacks it, and ``replace`` packs the
+changed tree again (``state.clients[g].replace(params=...)``), so analysis code and
+tests read and write trees as before.
 """
 from __future__ import annotations
 
@@ -104,6 +105,20 @@ class Packed:
   def unpack(self) -> PyTree:
     """The stacked tree, every leaf ``[..., n, *shape]`` (``unpack``)."""
     return unpack(self)
+
+  def replace(self, **changes) -> Packed:
+    """The packed tree with fields replaced, packed again (``ClientState.replace`` of
+    the stacked state): ``state.clients[g].replace(params=...)`` writes, as on a tree.
+
+    Raises:
+      ValueError: a change alters the tree's structure, or the tree has no ``replace``.
+    """
+    tree = unpack(self)
+    if not hasattr(tree, "replace"):
+      raise ValueError(f"Packed.replace: the packed tree is a {type(tree).__name__}, not a "
+                       "dataclass; write packing.pack_like(x.spec, new_tree, lead) instead")
+    lead = len(self.buffers[self.spec.dtypes[0]].shape) - 1
+    return pack_like(self.spec, tree.replace(**changes), lead)
 
   def __getattr__(self, name: str):
     # only reached for names a Packed lacks: the packed tree's own attributes
@@ -219,3 +234,4 @@ def on_client(fn, stacked, returns_state: bool = True):
     new, rest = out
     return pack_like(spec, new), rest
   return on_row
+

@@ -430,3 +430,23 @@ def test_finite_groups_flags_each_non_finite_value_by_numpy(where, bad):
   large = packing.pack({"w": jnp.ones((2, 100_003))})
   hit = state.replace(clients=(with_value(large, "float32", where, bad), second))
   np.testing.assert_array_equal(check(hit), [False, True, True])
+
+
+def test_replace_on_a_packed_client_state_writes_through():
+  stacked = base.ClientState({"w": jnp.arange(6.0).reshape(2, 3)}, None,
+                             {"step": jnp.array([1, 2], jnp.int32)})
+  packed = packing.pack(stacked)
+  new = packed.replace(params={"w": -jnp.ones((2, 3))})
+  assert packing.is_packed(new) and new.spec == packed.spec  # still the group's layout
+  np.testing.assert_array_equal(new.params["w"], -np.ones((2, 3)))  # the write is there
+  np.testing.assert_array_equal(new.buffers["float32"], -np.ones((2, 3)))
+  np.testing.assert_array_equal(new.opt_state["step"], [1, 2])  # the rest untouched
+  np.testing.assert_array_equal(packed.params["w"], np.arange(6.0).reshape(2, 3))
+  # a replica axis before the client axis (``loop.run_seeds``) is kept
+  two = packing.pack(jax.tree.map(lambda a: jnp.stack([a, a]), stacked), lead=2)
+  assert two.replace(opt_state={"step": jnp.zeros((2, 2), jnp.int32)}).buffers[
+      "int32"].shape == (2, 2, 1)
+  with pytest.raises(ValueError, match="structure changed"):
+    packed.replace(params={"w": jnp.ones((2, 3)), "b": jnp.ones((2,))})
+  with pytest.raises(ValueError, match="pack_like"):
+    packing.pack({"w": jnp.ones((2, 3))}).replace(w=1)

@@ -27,6 +27,7 @@ samples and maps.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, NamedTuple
 from typing import Protocol as TypingProtocol
 
@@ -165,7 +166,8 @@ class CommunicationFn(TypingProtocol):
     aux: tuple over groups of the clients' ``aux`` dicts stacked [m_g].
 
   Returns:
-    (uplink, downlink): Python numbers or float32 scalars.
+    (uplink, downlink): Python numbers or float32 scalars; None where the aggregate
+    reports the count itself (FedKD's compressed downlink, known after aggregating).
   """
   def __call__(self, server: PyTree, uploads: tuple, weights: tuple, aux: tuple
                ) -> tuple[Any, Any]: ...
@@ -260,6 +262,24 @@ class Spec(NamedTuple):
   homogeneous_only: bool = False
   check: Callable | None = None
   averages: bool = False
+
+
+SGD_KEYS = ("learning_rate", "momentum", "weight_decay", "grad_clip")  # ``sgd_args``
+
+
+def hparams_of(factory: Callable, exclude: tuple[str, ...] = ()) -> dict:
+  """``Spec.hparams`` read from a factory's signature: its keyword-only arguments with
+  their defaults, in order, without the shared optimizer keys (``SGD_KEYS``) and
+  ``exclude`` (keys the build passes from elsewhere in the config), so each default is
+  written once, in the factory.
+
+  >>> def algo(rt, *, learning_rate, mu=0.01, rule="weighted"): ...
+  >>> hparams_of(algo)
+  {'mu': 0.01, 'rule': 'weighted'}
+  """
+  skip = set(SGD_KEYS) | set(exclude)
+  return {name: p.default for name, p in inspect.signature(factory).parameters.items()
+          if p.kind == p.KEYWORD_ONLY and name not in skip and p.default is not p.empty}
 
 
 def sgd_args(config) -> dict:

@@ -15,7 +15,7 @@ loss against the downloaded table, what a row holds (``uplink``) and the predict
 - ``empty_stats``, ``accumulate``, ``stats_upload``: per-class sums of a feature gathered
   *during* local training (HtFLlib's FedProto prototypes), instead of ``class_stats``'s
   extra pass after it.
-- ``table_protocol``, ``table_round``: the protocol and round built from them, with the
+- ``table_protocol``, ``table_communication``: the protocol built from them, with the
   communication counted in table entries (``mean_entries_sent``).
 """
 from __future__ import annotations
@@ -25,7 +25,6 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import api
-from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import private_client_init
 
 
@@ -193,22 +192,17 @@ def table_protocol(rt: api.Runtime, nets, opt, *, width: int, loss_fn, uplink, p
 
   return api.Protocol(init_client,
                        lambda rng: empty_table(rt.layout.num_classes, width),
-                       lambda table, g: table, client_update, server_aggregate, predict)
+                       lambda table, g: table, client_update, server_aggregate, predict,
+                       communication=table_communication(num_classes, width))
 
 
-def table_round(rt: api.Runtime, proto: api.Protocol, width: int):
-  """``Algorithm.round`` of ``table_protocol``: the metrics count table entries.
+def table_communication(num_classes: int, width: int):
+  """``Protocol.communication`` of ``table_protocol``, in table entries.
 
   Uplink: mean over participating clients of (#classes held x ``width``); downlink: the
   full table, C x ``width``.
   """
-  def round_fn(state, data):
-    results = rounds.train_protocol_groups(rt, proto, state, data)
-    table, _ = rounds.aggregate_groups(proto, state, results)
-    up = mean_entries_sent([r.outputs[0] for r in results], [r.weights for r in results],
-                           width)
-    metrics = rounds.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
-                                 downlink=rt.layout.num_classes * width)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=table), metrics
-  return round_fn
+  def communication(table, uploads, weights, aux):
+    del table, aux
+    return mean_entries_sent(list(uploads), list(weights), width), num_classes * width
+  return communication

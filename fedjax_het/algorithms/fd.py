@@ -33,10 +33,9 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.class_tables import class_stats
 from fedjax_het.algorithms.class_tables import table_protocol
-from fedjax_het.algorithms.class_tables import table_round
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 
 DISTILL = ("ce", "mse")
@@ -80,7 +79,7 @@ def fd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = table_protocol(rt, nets, opt, width=num_classes, loss_fn=loss_fn, uplink=uplink,
                          predict=predict)
-  return from_protocol(rt, proto, table_round(rt, proto, num_classes))
+  return rounds.from_protocol(rt, proto)
 
 
 def distill_loss(logits, labels, mask, table, kind: str = "ce"):
@@ -108,4 +107,4 @@ def uplink(net, params, data, idx, mask, rt: api.Runtime) -> dict:
 
 
 SPEC = api.Spec(lambda c, rt: fd(rt, **api.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, distill="ce"), choices=dict(distill=DISTILL))
+                 api.hparams_of(fd), choices=dict(distill=DISTILL))

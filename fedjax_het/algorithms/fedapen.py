@@ -51,13 +51,13 @@ from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het import sharding
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import download
 from fedjax_het.algorithms.mutual import kl_divergence
 from fedjax_het.algorithms.mutual import make_nets
 from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import uplink
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 
 
 def ensemble(logits_l: jax.Array, logits_g: jax.Array, lam: jax.Array) -> jax.Array:
@@ -199,7 +199,7 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = mutual_protocol(nets, opt, client_update, predict=predict,
                           trained_payload=api.own_upload,
                           model_state={"lam": jnp.full((), 0.5, jnp.float32)})
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def weight(client: api.ClientState) -> jax.Array:
@@ -209,6 +209,5 @@ def weight(client: api.ClientState) -> jax.Array:
 
 SPEC = api.Spec(
     lambda c, rt: fedapen(rt, **api.sgd_args(c), **c.algo),
-    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, holdout_fraction=0.1,
-         lambda_steps=1, lambda_learning_rate=1e-3),
-    choices=dict(small_arch=models.ArchitectureChoices()))
+    api.hparams_of(fedapen),
+    choices=dict(small_arch=models.ArchitectureChoices()), averages=True)

@@ -14,8 +14,8 @@ import jax
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import count_rounds
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 from fedjax_het.algorithms.shared import local_update
 
@@ -64,7 +64,7 @@ def fedavg(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
                         local_update(rt, nets, opt), server_aggregate, predict,
                         trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
-SPEC = api.Spec(lambda c, rt: fedavg(rt, **api.sgd_args(c)), {}, homogeneous_only=True)
+SPEC = api.Spec(lambda c, rt: fedavg(rt, **api.sgd_args(c)), {}, homogeneous_only=True, averages=True)

@@ -68,7 +68,6 @@ from fedjax_het.algorithms.mutual import make_nets
 from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import shared_predict
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.models.cnn import torch_kernel_init
 
@@ -230,6 +229,14 @@ def fedkd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
     theta = jax.tree.map(jnp.add, server["theta"], update)
     return {"theta": theta, "round": server["round"] + 1}, {"downlink_params": down}
 
+  def communication(server, uploads, weights, aux):
+    """Uplink: the mean over participating clients of the factors each sent (``aux``);
+    downlink: the aggregate's own count of the compressed update it sends."""
+    del server, uploads
+    active = jnp.concatenate([(w > 0).astype(jnp.float32) for w in weights])
+    sent = jnp.concatenate([a["sent"] for a in aux])
+    return jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0), None
+
   shared = dict(predict=shared_predict(nets, lambda payload: payload["theta"]),
                 trained_payload=trained_mentee)
   proto = mutual_protocol(nets, opt, client_update,
@@ -239,20 +246,10 @@ def fedkd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = proto._replace(
       init_server=lambda rng: {"theta": init_theta(rng), "round": jnp.zeros((), jnp.int32)},
       downlink=lambda server, g: {"theta": server["theta"],
-                                  "energy": energy(server["round"])})
+                                  "energy": energy(server["round"])},
+      communication=communication)
 
-  def round_fn(state, data):
-    results = rounds.train_protocol_groups(rt, proto, state, data)
-    server, sent_down = rounds.aggregate_groups(proto, state, results)
-    active = jnp.concatenate([(r.weights > 0).astype(jnp.float32) for r in results])
-    sent = jnp.concatenate([r.outputs[1]["sent"] for r in results])
-    up = jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0)
-    metrics = rounds.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
-                                 downlink=sent_down["downlink_params"])
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=server), metrics
-
-  return from_protocol(rt, proto, round_fn)
+  return rounds.from_protocol(rt, proto)
 
 
 def trained_mentee(payload, update):
@@ -268,7 +265,6 @@ def uplink(params, theta):
 
 SPEC = api.Spec(
     lambda c, rt: fedkd(rt, **api.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
-    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, svd_energy_start=0.95,
-         svd_energy_end=0.98, evaluate="private", kl_reduction="batchmean"),
+    api.hparams_of(fedkd, exclude=("num_rounds",)),
     choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
                  kl_reduction=KL_REDUCTIONS))

@@ -29,11 +29,10 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het import packing
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 
@@ -151,7 +150,7 @@ def fedmoe(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = api.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                         server_aggregate, predict, trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def loss_fn(net: FedMoENets):
@@ -190,9 +189,8 @@ def test_gate_weights(rt: api.Runtime, state: api.State, data, *, gating_hidden:
       x = cl.make_batch(data.x, data.y, idx, idx >= 0, **rt.batch_options()).x
       return net.gate_weights(client.params, client.model_state, x, train=False)[0]
 
-    clients_g = state.clients[g]
-    one = packing.on_client(one, clients_g, returns_state=False)
-    weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(clients_g, index.test_idx)
+    weights = jax.jit(lambda c, i, one=one: rounds.map_group(rt, one, c, i))(
+        state.clients[g], index.test_idx)
     out.append((weights, data.y[index.test_idx], index.test_mask))
   return out
 
@@ -204,5 +202,5 @@ def uplink(params):
 
 SPEC = api.Spec(
     lambda c, rt: fedmoe(rt, **api.sgd_args(c), **c.algo),
-    dict(gating_learning_rate=0.01, gating_hidden=64, global_arch="cnn5"),
-    choices=dict(global_arch=models.ArchitectureChoices()))
+    api.hparams_of(fedmoe),
+    choices=dict(global_arch=models.ArchitectureChoices()), averages=True)

@@ -44,9 +44,9 @@ from flax import linen as nn
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.models.cnn import torch_bias_init
@@ -169,7 +169,7 @@ def fedmrl(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = api.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                         server_aggregate, predict, trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def loss_fn(net: FedMRLNets, *, m_lc: float = 1.0, m_hf: float = 1.0):
@@ -219,8 +219,7 @@ def check(config) -> None:
 
 SPEC = api.Spec(
     lambda c, rt: fedmrl(rt, **api.sgd_args(c), **c.algo),
-    dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large",
-         aggregation="paper"),
+    api.hparams_of(fedmrl),
     choices=dict(inference=INFERENCE, small_arch=models.ArchitectureChoices(),
                  aggregation=AGGREGATION),
-    check=check)
+    check=check, averages=True)

@@ -54,12 +54,11 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.class_tables import WEIGHTINGS
 from fedjax_het.algorithms.class_tables import accumulate
 from fedjax_het.algorithms.class_tables import class_stats
 from fedjax_het.algorithms.class_tables import table_protocol
-from fedjax_het.algorithms.class_tables import table_round
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 
 INFERENCE = ("prototype", "header")
@@ -141,7 +140,7 @@ def fedproto(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
                          memory=prototype_memory, predict=predict,
                          weighting=prototype_weighting, during_training=during,
                          track_held=own)
-  return from_protocol(rt, proto, table_round(rt, proto, width))
+  return rounds.from_protocol(rt, proto)
 
 
 def proto_mse(rep, labels, mask, protos) -> jax.Array:
@@ -180,9 +179,7 @@ def uplink(net, params, data, idx, mask, rt: api.Runtime) -> dict:
 
 
 SPEC = api.Spec(lambda c, rt: fedproto(rt, **api.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, inference="prototype", prototype_memory=True,
-                      prototype_classes="all", prototype_weighting="counts",
-                      prototypes_from="after_training"),
+                 api.hparams_of(fedproto),
                  choices=dict(inference=INFERENCE, prototype_classes=PROTOTYPE_CLASSES,
                               prototype_weighting=WEIGHTINGS,
                               prototypes_from=PROTOTYPES_FROM))

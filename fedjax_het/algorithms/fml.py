@@ -29,13 +29,14 @@ where it and the paper differ:
 
 The two networks, the KL term and the protocol (``MutualNets``, ``kl_divergence``,
 ``mutual_protocol``) are in ``mutual.py``, shared with ``fedkd.py`` and ``fedapen.py``;
-FML's round is ``shared.average_round``.
+FML's round is every protocol's (``rounds.protocol_round``).
 """
 from __future__ import annotations
 
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import EVALUATED
 from fedjax_het.algorithms.mutual import KL_REDUCTIONS
 from fedjax_het.algorithms.mutual import check_evaluate
@@ -45,7 +46,6 @@ from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import shared_predict
 from fedjax_het.algorithms.mutual import uplink
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 
 
 def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float,
@@ -109,12 +109,11 @@ def fml(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
       nets, opt, client_update,
       **(dict(predict=shared_predict(nets), trained_payload=api.own_upload)
          if evaluate == "shared" else {}))
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 SPEC = api.Spec(
     lambda c, rt: fml(rt, **api.sgd_args(c), **c.algo),
-    dict(alpha=0.5, beta=0.5, small_arch="cnn5", rep_dim=LOCAL_REP_DIM,
-         evaluate="private", kl_reduction="batchmean"),
+    api.hparams_of(fml),
     choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
-                 kl_reduction=KL_REDUCTIONS))
+                 kl_reduction=KL_REDUCTIONS), averages=True)

@@ -29,8 +29,8 @@ import jax
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import classifier_loss
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 from fedjax_het.algorithms.shared import private_client_init
 from fedjax_het.algorithms.shared import weighted_average
@@ -75,7 +75,7 @@ def lg_fedavg(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = api.Protocol(private_client_init(nets, opt, rt.layout.image_shape), init_server,
                         lambda header, g: header, client_update, server_aggregate, predict,
                         trained_payload=api.own_upload)
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def with_header(params, header):
@@ -88,4 +88,4 @@ def uplink(params):
   return params["header"]
 
 
-SPEC = api.Spec(lambda c, rt: lg_fedavg(rt, **api.sgd_args(c)), {})
+SPEC = api.Spec(lambda c, rt: lg_fedavg(rt, **api.sgd_args(c)), {}, averages=True)

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 

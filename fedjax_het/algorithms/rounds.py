@@ -2,9 +2,11 @@
 
 ``from_protocol`` makes ``Algorithm(init, round, evaluate, protocol)`` of a protocol;
 ``protocol_round`` is the one round of every protocol: each group's sampled clients
-download, train (``train_protocol_groups``), the server aggregates
-(``aggregate_groups``), the metrics count the losses and ``Protocol.communication``.
-A custom round is composed of the same public pieces (docs/extending.md).
+download and train (``train_protocol_groups``), then ``finish_round``: the server
+aggregates (``aggregate_groups``), the metrics count the losses and
+``Protocol.communication``, and ``advance`` gives the next state. A custom round is
+composed of the same public pieces (docs/extending.md). ``debug_round`` runs the same
+round with the clients one by one, its errors naming the round, group and client.
 
 What lies below them, and the rules it keeps:
 
@@ -24,6 +26,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_het import clients as cl
 from fedjax_het import packing
@@ -266,15 +269,24 @@ def evaluate_groups(rt: Runtime, state: State, data: FederatedData,
       def one(client, idx, mask):
         return cl.evaluate_client(predict(g, client, server), data.x, data.y, idx, mask,
                                   **rt.eval_options())
-      return rt.map(packing.on_client(one, clients_g, returns_state=False), clients_g,
-                    index.test_idx, index.test_mask)
+      return map_group(rt, one, clients_g, index.test_idx, index.test_mask)
     out.append(own_computation(group_eval, (state.server, state.clients[g], data), witness))
   return tuple(out)
 
 
-def round_metrics(groups: list[GroupRound], loss_of: Callable[[PyTree], jax.Array],
-                  uplink: int | jax.Array, downlink: int | jax.Array) -> dict:
-  """Standard round metrics.
+def map_group(rt: Runtime, fn: Callable, clients_g: PyTree, *args):
+  """``fn(client, *row_args)`` on every client of a group, each as its plain tree.
+
+  ``clients_g`` is a group's stacked state as ``State.clients[g]`` holds it (packed or
+  not); ``args`` are stacked on the same client axis. For analysis code that reads every
+  client (``fedmoe.test_gate_weights``) without knowing how the state is stored.
+  """
+  return rt.map(packing.on_client(fn, clients_g, returns_state=False), clients_g, *args)
+
+
+def round_metrics(groups: list[GroupRound], uplink: int | jax.Array,
+                  downlink: int | jax.Array) -> dict:
+  """Standard round metrics of a protocol's groups (each slot's ``aux['loss']``).
 
   Returns:
     ``train_loss`` (mean over participating clients), ``group_train_loss`` [num_groups]
@@ -285,7 +297,7 @@ def round_metrics(groups: list[GroupRound], loss_of: Callable[[PyTree], jax.Arra
   """
   def mean_loss(gr):
     active = (gr.weights > 0).astype(jnp.float32)
-    return jnp.sum(loss_of(gr.outputs) * active), jnp.sum(active)
+    return jnp.sum(gr.outputs[1]["loss"] * active), jnp.sum(active)
 
   sums, counts = (jnp.stack(v) for v in zip(*map(mean_loss, groups)))
   metrics = {
@@ -338,27 +350,38 @@ def protocol_round(rt: Runtime, proto: Protocol) -> Callable:
   """``Algorithm.round`` of a protocol: the one round of every built-in algorithm.
 
   Every sampled client downloads ``proto.downlink(server, g)``, trains
-  (``proto.client_update``) and uploads; the server aggregates the uploads with
-  ``proto.server_data(data, rng)`` where the protocol has it. The metrics are
-  ``round_metrics`` (the link sizes from ``proto.communication``, or from the
-  aggregate's own ``uplink_params``/``downlink_params`` where it reports them) and the
-  aggregate's metrics.
+  (``proto.client_update``) and uploads (``train_protocol_groups``); then
+  ``finish_round``.
   """
   def round_fn(state, data):
-    results = train_protocol_groups(rt, proto, state, data)
-    server_data = (proto.server_data(data, state.rng) if proto.server_data is not None
-                   else None)
-    server, server_metrics = aggregate_groups(proto, state, results, server_data)
-    uploads, aux = zip(*(r.outputs for r in results))
-    up, down = proto.communication(state.server, uploads,
-                                   tuple(r.weights for r in results), aux)
-    server_metrics = dict(server_metrics)
-    up = server_metrics.pop("uplink_params", up)
-    down = server_metrics.pop("downlink_params", down)
-    metrics = round_metrics(results, uplink=up, downlink=down)
-    metrics.update(server_metrics)
-    return advance(state, results, server), metrics
+    return finish_round(proto, state, data, train_protocol_groups(rt, proto, state, data))
   return round_fn
+
+
+def finish_round(proto: Protocol, state: State, data: FederatedData,
+                 results: list[GroupRound]) -> tuple[State, dict]:
+  """The server's half of a round, after the groups' local work (``results``).
+
+  The server aggregates the uploads with ``proto.server_data(data, rng)`` where the
+  protocol has it. The metrics are ``round_metrics`` (the link sizes from
+  ``proto.communication``, or from the aggregate's own ``uplink_params`` /
+  ``downlink_params`` where it reports them) and the aggregate's metrics.
+
+  Returns:
+    (the state after the round, ``advance``; its metrics).
+  """
+  server_data = (proto.server_data(data, state.rng) if proto.server_data is not None
+                 else None)
+  server, server_metrics = aggregate_groups(proto, state, results, server_data)
+  uploads, aux = zip(*(r.outputs for r in results))
+  up, down = proto.communication(state.server, uploads, tuple(r.weights for r in results),
+                                 aux)
+  server_metrics = dict(server_metrics)
+  up = server_metrics.pop("uplink_params", up)
+  down = server_metrics.pop("downlink_params", down)
+  metrics = round_metrics(results, up, down)
+  metrics.update(server_metrics)
+  return advance(state, results, server), metrics
 
 
 def advance(state: State, results: list[GroupRound], server: PyTree) -> State:
@@ -380,3 +403,80 @@ def from_protocol(rt: Runtime, proto: Protocol, round_fn: Callable | None = None
   return Algorithm(protocol_init(rt, proto),
                    round_fn if round_fn is not None else protocol_round(rt, proto),
                    protocol_evaluate(rt, proto), proto)
+
+
+# ---- debugging: clients one by one ------------------------------------------------------
+
+
+class ClientError(RuntimeError):
+  """A client's step (or the server's aggregate) raised in ``debug_round``; the message
+  names the round, the group and the client."""
+
+
+def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Callable:
+  """``Algorithm.round`` that runs the sampled clients one by one, for debugging.
+
+  The same clients, keys, data and aggregation as ``protocol_round`` (so the same
+  state and metrics, to float rounding), but a Python loop: each client's
+  ``client_update`` is jitted on its own (``jit_clients``) or run uncompiled, op by op
+  (``jit_clients=False``: ``print`` and breakpoints work inside it, and its arrays are
+  concrete). An exception is re-raised as a ``ClientError`` naming the round, the group
+  and the client (its position in the group and its client id). Not jittable itself:
+  call it as ``state, metrics = debug_round(rt, proto)(state, data)``.
+  """
+  def step_fn(g, data, clients_g):
+    def step(client, payload, idx, mask, key):
+      new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
+      return new, (upload, aux)
+    step = packing.on_client(step, clients_g)
+    return jax.jit(step) if jit_clients else step
+
+  def eval_fn(g, data, clients_g):
+    def count(client, payload, upload, idx, mask):
+      own = proto.trained_payload(payload, upload) if proto.trained_payload else payload
+      return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
+                                **rt.eval_options())
+    count = packing.on_client(count, clients_g, returns_state=False)
+    return jax.jit(count) if jit_clients else count
+
+  def group(state, data, g, sample_key, train_key):
+    index, clients_g = data.groups[g], state.clients[g]
+    payload = proto.downlink(state.server, g)
+    positions, keys = group_draw(rt, g, sample_key, train_key)
+    step, count = step_fn(g, data, clients_g), eval_fn(g, data, clients_g)
+    outs, weights, counts = [], [], []
+    for slot, pos in enumerate(np.asarray(positions).tolist()):
+      if pos >= rt.layout.group_sizes[g]:
+        continue  # a padding slot: no client
+      args = (index.train_idx[pos], index.train_mask[pos], keys[slot])
+      where = (f"round {int(state.round) + 1}, group {g} ({rt.layout.archs[g]}), client "
+               f"{pos} of the group (client id {rt.layout.client_ids[g][pos]})")
+      try:
+        new, out = step(cl.row(clients_g, pos), payload, *args)
+        if rt.eval_sampled:
+          counts.append(count(new, payload, out[0], index.test_idx[pos],
+                              index.test_mask[pos]))
+      except Exception as err:
+        raise ClientError(f"{where}: {type(err).__name__}: {err}") from err
+      clients_g = cl.set_row(clients_g, pos, new)
+      outs.append(out)
+      weights.append(index.num_train[pos])
+    if not outs:  # nobody of this group drew: one row that weighs nothing
+      shapes = jax.eval_shape(step, cl.row(clients_g, 0), payload, index.train_idx[0],
+                              index.train_mask[0], keys[0])[1]
+      outs, weights = [jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)], [0]
+      counts = [(jnp.zeros(()), jnp.zeros(()))] if rt.eval_sampled else []
+    stack = lambda rows: jax.tree.map(lambda *a: jnp.stack(a), *rows)  # noqa: E731
+    return GroupRound(clients_g, stack(outs), jnp.asarray(weights, jnp.float32),
+                      stack(counts) if counts else None)
+
+  def round_fn(state, data):
+    sample_key, train_key = round_keys(state)
+    results = [group(state, data, g, sample_key, train_key)
+               for g in range(rt.layout.num_groups)]
+    try:
+      return finish_round(proto, state, data, results)
+    except Exception as err:
+      raise ClientError(f"round {int(state.round) + 1}, the server's aggregate: "
+                        f"{type(err).__name__}: {err}") from err
+  return round_fn

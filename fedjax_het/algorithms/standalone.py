@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from fedjax_het import clients as cl
 from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import classifier_loss
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 from fedjax_het.algorithms.shared import private_client_init
 
@@ -51,7 +51,7 @@ def standalone(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = api.Protocol(private_client_init(nets, opt, rt.layout.image_shape), lambda rng: (),
                         lambda server, g: (), client_update, server_aggregate, predict)
   # the averaging round with an empty server: both links count 0 parameters
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 SPEC = api.Spec(lambda c, rt: standalone(rt, **api.sgd_args(c)), {})
