@@ -235,3 +235,27 @@ def on_client(fn, stacked, returns_state: bool = True):
     return pack_like(spec, new), rest
   return on_row
 
+
+# ---- the layout of a checkpointed state (``training.checkpoint`` records it) ----------
+
+PACKED_LAYOUT = "packed-clients"  # a group's client state a ``Packed``: clients/<g>/<dtype>
+TREE_LAYOUT = "tree-clients"  # a group's client state its stacked tree (before packing)
+# the names a packed group's buffers are keyed by (``Packed.tree_flatten_with_keys``)
+BUFFER_NAMES = frozenset(np.dtype(t).name for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", jnp.bfloat16))
+
+
+def layout_of(state: PyTree) -> str:
+  """``PACKED_LAYOUT`` when ``state`` holds a ``Packed`` anywhere, else ``TREE_LAYOUT``."""
+  leaves = jax.tree.leaves(state, is_leaf=is_packed)
+  return PACKED_LAYOUT if any(is_packed(x) for x in leaves) else TREE_LAYOUT
+
+
+def stored_layout(clients: Any) -> str:
+  """The layout of a state's ``clients`` as stored (a list of dicts, orbax's tree
+  metadata of a step written before the layout was recorded): packed where a group's
+  keys are all buffer names."""
+  groups = clients if isinstance(clients, (list, tuple)) else []
+  packed = any(isinstance(g, dict) and g and set(g) <= BUFFER_NAMES for g in groups)
+  return PACKED_LAYOUT if packed else TREE_LAYOUT

@@ -5,6 +5,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_het import clients as cl
@@ -343,22 +344,56 @@ def test_own_computation_updates_its_operand_in_place():
                              np.full((2, 2), 1.01 ** 3), rtol=1e-6)
 
 
-def test_a_checkpoint_of_trees_resumes_into_packed_groups(tiny_config, tmp_path):
+def test_a_checkpoint_resumes_in_the_layout_its_record_names(tiny_config, tmp_path):
   exp = experiment.prepare(tiny_config("fedmrl"))
   fns = program.compile_fns(exp)
   state = fns.init(jax.random.PRNGKey(3))
   assert all(packing.is_packed(c) for c in state.clients)
   # the layout written before the packing: every group's client state as a tree
   old = state.replace(clients=tuple(packing.unpack(c) for c in state.clients))
-  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "ckpt"), max_to_keep=2, fingerprint={})
-  ckpt.save(1, old, {"round": 1})
-  ckpt.close()
-  ckpt = ckpt_lib.Checkpointer(str(tmp_path / "ckpt"), max_to_keep=2, fingerprint={})
-  restored, meta = ckpt.restore_latest(fns.abstract, legacy=program.legacy_layout(fns.abstract))
-  assert meta["round"] == 1 and ckpt.steps() == [1]  # resumed, not set aside
-  chex.assert_trees_all_equal(restored, state)
-  assert restored.clients[0].buffers["float32"].sharding == (
-      fns.abstract.clients[0].buffers["float32"].sharding)
+
+  def write(name, tree, meta, record=True):
+    ckpt = ckpt_lib.Checkpointer(str(tmp_path / name), max_to_keep=2, fingerprint={})
+    if record:
+      ckpt.save(1, tree, meta)
+    else:  # as the versions before the layout was recorded wrote it
+      ckpt.manager.save(1, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(tree),
+          meta=ocp.args.JsonSave(dict(meta, fingerprint={}))))
+      ckpt.manager.wait_until_finished()
+    ckpt.close()
+    return ckpt_lib.Checkpointer(str(tmp_path / name), max_to_keep=2, fingerprint={})
+
+  cases = [("trees", old, True, packing.TREE_LAYOUT),
+           ("trees_unrecorded", old, False, None),
+           ("packed", state, True, packing.PACKED_LAYOUT),
+           ("packed_unrecorded", state, False, None)]
+  for name, tree, record, layout in cases:
+    ckpt = write(name, tree, {"round": 1}, record)
+    restored, meta = ckpt.restore_latest(fns.abstract, readers=program.readers(fns.abstract))
+    assert meta["round"] == 1 and ckpt.steps() == [1], name  # resumed, not set aside
+    assert meta.get("layout") == layout, name
+    chex.assert_trees_all_equal(restored, state)
+    assert restored.clients[0].buffers["float32"].sharding == (
+        fns.abstract.clients[0].buffers["float32"].sharding)
+  # a layout this version does not know: refused in one line, the step kept
+  ckpt = write("unknown", state, {"round": 1, "layout": "sharded-clients-v9"}, False)
+  with pytest.raises(ckpt_lib.UnknownLayoutError, match="'sharded-clients-v9'") as err:
+    ckpt.restore_latest(fns.abstract, readers=program.readers(fns.abstract))
+  assert "\n" not in str(err.value) and ckpt.steps() == [1]
+  # without a reader for trees, a tree checkpoint is refused, not misread
+  with pytest.raises(ckpt_lib.UnknownLayoutError, match=packing.TREE_LAYOUT):
+    write("trees_again", old, {"round": 1}).restore_latest(fns.abstract)
+
+
+def test_the_stored_layout_of_an_unrecorded_step():
+  assert packing.stored_layout([{"float32": 0, "int32": 0}, {"w": 0}]) == (
+      packing.PACKED_LAYOUT)
+  assert packing.stored_layout([{"params": {}, "opt_state": {}}]) == packing.TREE_LAYOUT
+  assert packing.stored_layout(None) == packing.TREE_LAYOUT
+  assert packing.layout_of({"c": packing.pack({"w": jnp.ones((2, 3))})}) == (
+      packing.PACKED_LAYOUT)
+  assert packing.layout_of({"w": jnp.ones((2, 3))}) == packing.TREE_LAYOUT
 
 
 def draw_client(key):

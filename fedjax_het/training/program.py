@@ -157,15 +157,16 @@ LEGACY_NOTE = ("written before client states were packed (one buffer per dtype, 
                "fedjax_het.packing): restored as trees and packed")
 
 
-def legacy_layout(abstract: State) -> tuple | None:
-  """``Checkpointer.restore_latest``'s ``legacy`` for a state with packed client groups.
+def readers(abstract: State) -> dict:
+  """``Checkpointer.restore_latest``'s ``readers`` for a state with packed client groups:
+  ``{packing.TREE_LAYOUT: (abstract, convert, note)}``, or {} when nothing is packed.
 
   A checkpoint written before the packing holds each group's client state as a tree of
   stacked leaves: it restores into the abstract trees ``packing.unpack_abstract`` gives
-  (same shardings), and is packed on the device after. None when nothing is packed.
+  (same shardings), and is packed on the device after.
   """
   if not any(packing.is_packed(c) for c in abstract.clients):
-    return None
+    return {}
   trees = tuple(packing.unpack_abstract(c) if packing.is_packed(c) else c
                 for c in abstract.clients)
   shards = tuple(jax.tree.map(lambda a: a.sharding, c) for c in abstract.clients)
@@ -177,7 +178,7 @@ def legacy_layout(abstract: State) -> tuple | None:
       lead = len(target.buffers[target.spec.dtypes[0]].shape) - 1
       return jax.jit(lambda t: packing.pack(t, lead), out_shardings=shard)(tree)
     return state.replace(clients=tuple(map(one, state.clients, abstract.clients, shards)))
-  return abstract.replace(clients=trees), convert, LEGACY_NOTE
+  return {packing.TREE_LAYOUT: (abstract.replace(clients=trees), convert, LEGACY_NOTE)}
 
 
 def client_accuracies(counts) -> tuple:
