@@ -18,7 +18,7 @@ program allocates beside its arguments and outputs, and the kernels XLA generate
 bodies they have; on the 2-core CPU a dispatch's compile took about 4 ms per fused
 computation, distinct or not; ``--kernel_kinds`` adds a line of the distinct ones by
 kind). Each line ends with the program's size
-(``fedjax_het.training.hlo_size``: StableHLO ops in all and in its largest computation)
+(``hlo_size``, beside it: StableHLO ops in all and in its largest computation)
 lowered for this machine's backend and for CUDA (no GPU needed). A line is printed as
 each program is done (a call stopped while the dispatch compiles still tells the
 init's times). ``--seeds=S``
@@ -38,6 +38,7 @@ import os
 import time
 from unittest import mock
 
+import hlo_size  # benchmarks/: the script's directory
 import jax
 import numpy as np
 from init_compile import add_run_flags  # benchmarks/: the script's directory
@@ -48,7 +49,6 @@ from fedjax_het import clients as clients_lib
 from fedjax_het.algorithms import rounds
 from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
-from fedjax_het.training import hlo_size
 from fedjax_het.training import program
 
 

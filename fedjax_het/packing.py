@@ -3,10 +3,10 @@
 The algorithms write a client's state as a pytree (``base.ClientState``: params, model
 state, optimizer state); a group of ``n_g`` clients stacks every leaf on a leading
 client axis. Stored leaf by leaf, a round gathers the sampled clients' rows of every leaf
-and scatters them back, and XLA sees one gather and one scatter (about 39 StableHLO ops
-with their bounds handling) per leaf and group: FedMoE's 66 leaves over 5 architectures
-made 2/3 of the largest computation of a round (docs/performance.md, "Program size and
-compile cost"). ``Packed`` holds the same values as one buffer per dtype, ``[..., n_g,
+and scatters them back, and XLA sees one gather and one scatter (with their bounds
+handling) per leaf and group: for an algorithm of many leaves over several
+architectures, most of the largest computation of a round (docs/performance.md,
+"Program size and compile cost"). ``Packed`` holds the same values as one buffer per dtype, ``[..., n_g,
 size]`` (each client's leaves raveled in tree order and concatenated), so a round gathers
 and scatters its clients with one op per buffer, and a finiteness check is one reduction
 per buffer. A client's tree is rebuilt inside its own step with static slices and

@@ -1,6 +1,9 @@
 """Client state packed per group (``fedjax_het.packing``), each group's round its own
 computation (``base.own_computation``) and the op and kernel counters
-(``training.hlo_size``)."""
+(``benchmarks/hlo_size.py``)."""
+import os
+import sys
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -14,8 +17,11 @@ from fedjax_het.algorithms import base
 from fedjax_het.data.federated import Layout
 from fedjax_het.training import checkpoint as ckpt_lib
 from fedjax_het.training import experiment
-from fedjax_het.training import hlo_size
 from fedjax_het.training import program
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "benchmarks"))
+import hlo_size  # noqa: E402 - benchmarks/: a program's size, used by its scripts
 
 
 def stacked_tree(n=3):

@@ -140,3 +140,19 @@ def test_map_group_sees_each_client_as_its_tree(tiny_config):
   leaf = jax.tree.leaves(packing.unpack(state.clients[0]).params)[0]
   expected = np.asarray(scales) * np.asarray(leaf).reshape(leaf.shape[0], -1).sum(1)
   np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
+
+
+def test_a_batched_witness_is_refused_at_trace_time():
+  def step(x):
+    return x * 2.0
+
+  def grouped(x, witness):
+    return rounds.own_computation(step, (x,), witness)
+  x = jnp.ones((3, 2))
+  # the state mapped, the witness shared: a conditional per replica, as run_seeds does
+  np.testing.assert_array_equal(jax.vmap(grouped, in_axes=(0, None))(x, jnp.int32(1)),
+                                2 * np.ones((3, 2)))
+  with pytest.raises(ValueError, match="witness is batched by a vmap"):
+    jax.vmap(grouped)(x, jnp.arange(3))
+  with pytest.raises(ValueError, match="witness is batched by a vmap"):
+    jax.jit(jax.vmap(grouped))(x, jnp.arange(3))

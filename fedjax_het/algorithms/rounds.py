@@ -134,27 +134,39 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   value: a label of the pooled data, never negative), so ``fn``'s ops stay in the
   conditional's branch and are fused there, apart from the loop body that calls it:
   XLA's fusion passes, whose cost grows faster than a computation's size, see each
-  group's round alone (the GPU's ``priority-fusion`` did not finish on the five groups of
-  FedMoE's claims cell in one body; docs/performance.md, "Program size and compile
+  group's round alone (measured in docs/performance.md, "Program size and compile
   cost"). The other branch (never taken) returns ``stand_ins``: for each output, an
   operand of its shape and dtype where there is one. A branch of zeros would make XLA
   copy each group's state into the conditional's output buffer on every round instead of
-  updating it in place (the P1 FedMoE dispatch's temporaries: 2.41 GB with zeros, 0.52
-  GB with operands; docs/performance.md, "Program size and compile cost").
+  updating it in place (the temporaries it costs: the same section).
 
   ``witness`` must not be batched by a ``vmap`` (a batched predicate turns the
   conditional into a select of both branches): the pooled labels are shared by the
-  replicas of ``loop.run_seeds``.
+  replicas of ``loop.run_seeds``; ``check_unbatched`` refuses a batched one at trace time.
 
   ``fn`` is traced once: its output shapes and the branch share jit's trace of it
   (``jax.jit(fn, inline=True)``, inlined into the branch as if ``fn`` were called).
   """
+  check_unbatched(witness)
   fn = jax.jit(fn, inline=True)
   shapes = jax.eval_shape(fn, *operands)
 
   def never(*args):
     return stand_ins(shapes, args)
   return jax.lax.cond(witness >= 0, fn, never, *operands)
+
+
+def check_unbatched(witness) -> None:
+  """Raises ValueError when ``own_computation``'s ``witness`` is batched by a ``vmap``.
+
+  A batched predicate makes JAX turn the conditional into a select that runs both
+  branches: the program would still be right, but every group's work would run twice
+  and be fused with the rest again, which is what the conditional is there to prevent.
+  """
+  if isinstance(witness, jax.core.Tracer) and type(witness).__name__ == "BatchTracer":
+    raise ValueError("own_computation: its witness is batched by a vmap, which turns the "
+                     "conditional into a select of both branches; vmap over the state "
+                     "and leave the pooled data unbatched (in_axes=None)")
 
 
 def stand_ins(shapes, operands):
@@ -330,9 +342,8 @@ def init_clients(rt: Runtime, group: int, init_one: Callable[[jax.Array], PyTree
   The clients are drawn one at a time (``lax.map``), each client's tree packed into its
   row as it is drawn. Drawn all at once (``vmap``), every leaf of every client was a
   temporary beside the packed buffers, as much memory again as the group's state (the
-  P1 FedMoE init's temporaries: 1.94 GB drawn at once, 0.11 GB one at a time, and the
-  same bits with jax's default threefry keys; docs/performance.md, "Program size and
-  compile cost"). Row j is ``init_one`` of client j's key whatever the device count and
+  same bits either way with jax's default threefry keys; the temporaries measured in
+  docs/performance.md, "Program size and compile cost"). Row j is ``init_one`` of client j's key whatever the device count and
   the key implementation ('rbg' keys draw other bits under ``vmap``).
   """
   keys = client_init_keys(key, group, rt.layout.padded_sizes[group])

@@ -270,9 +270,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
 
   def dispatch_rounds(state, data, n):
     # compiled ahead of its first run, and the heap the compiler freed given back
-    # (host_memory) before the rounds allocate theirs: the CPU quickstart's peak
-    # resident memory 1.44 -> 1.07 GiB (docs/performance.md, "Program size and
-    # compile cost")
+    # (host_memory) before the rounds allocate theirs: a lower peak resident memory
+    # (docs/performance.md, "Program size and compile cost")
     key = argument_types((state, data))
     if key not in compiled:
       compiled[key] = dispatch.lower(state, data, n, schedule).compile()
@@ -296,7 +295,7 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
 
   ``parallelism`` as ``runtime.client_parallelism`` (``clients.resolve_parallelism``):
   ``vmap`` batches the replicas into one computation (accelerators: small runs fill the
-  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran 2x slower than
+  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran slower than
   a loop) runs them one after the other inside the one program, so S seeds still
   compile, load their data and dispatch once. Where ``fn`` returns ``(new state, rest)``
   (a round) each replica's new state overwrites its slot of the stacked state in place
@@ -332,8 +331,8 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
       return jax.lax.map(lambda args: one(*args), (state, stacked))
     # (state, rest): each replica's new state overwrites its slot of the stacked state,
     # which XLA updates in place; a lax.map would allocate a second stacked state for
-    # its outputs every call (an N = 100 FedMRL pair's dispatch: 7.64 GiB of temporaries
-    # against 2.91 GiB, and the page faults of fresh buffers every round)
+    # its outputs every call (more than twice the temporaries, and the page faults of
+    # fresh buffers every round; docs/performance.md)
     num = jax.tree.leaves(state)[0].shape[0]
     rest = jax.tree.map(lambda a: jnp.zeros((num,) + a.shape, a.dtype), out[1])
 
@@ -360,8 +359,8 @@ def finite_groups(state: State) -> jax.Array:
   A leaf is finite when ``sum(x * 0)`` is: a NaN or an infinity makes the product, and
   so the sum, NaN (XLA keeps ``x * 0`` for floats). It is one fused reduction over the
   leaf. ``all(isfinite(x))`` made XLA:CPU allocate a bool array the size of each packed
-  group buffer: 474 MB of the P1 FedMoE dispatch's 516 MB of temporaries
-  (docs/performance.md, "Program size and compile cost").
+  group buffer, most of a dispatch's temporaries (docs/performance.md, "Program size and
+  compile cost").
   """
   def finite(tree):
     leaves = [jnp.isfinite(jnp.sum(x * 0)) for x in jax.tree.leaves(tree)
