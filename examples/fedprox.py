@@ -71,6 +71,6 @@ def check(config) -> None:
 
 
 SPEC = api.Spec(lambda c, rt: fedprox(rt, **api.sgd_args(c), **c.algo),
-                 hparams=dict(mu=0.01, aggregation="weighted"),
+                 hparams=api.hparams_of(fedprox),  # mu, aggregation: the defaults above
                  choices=dict(aggregation=AGGREGATION), homogeneous_only=True, check=check,
                  averages=True)
