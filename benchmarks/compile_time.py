@@ -18,7 +18,7 @@ program allocates beside its arguments and outputs, and the kernels XLA generate
 bodies they have; on the 2-core CPU a dispatch's compile took about 4 ms per fused
 computation, distinct or not; ``--kernel_kinds`` adds a line of the distinct ones by
 kind). Each line ends with the program's size
-(``fedjax_het.training.hlo_size``: StableHLO ops in all and in its largest computation)
+(``hlo_size``, beside it: StableHLO ops in all and in its largest computation)
 lowered for this machine's backend and for CUDA (no GPU needed). A line is printed as
 each program is done (a call stopped while the dispatch compiles still tells the
 init's times). ``--seeds=S``
@@ -38,6 +38,7 @@ import os
 import time
 from unittest import mock
 
+import hlo_size  # benchmarks/: the script's directory
 import jax
 import numpy as np
 from init_compile import add_run_flags  # benchmarks/: the script's directory
@@ -45,10 +46,9 @@ from init_compile import load
 
 from fedjax_het import cli as cli_lib
 from fedjax_het import clients as clients_lib
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import rounds
 from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
-from fedjax_het.training import hlo_size
 from fedjax_het.training import program
 
 
@@ -176,19 +176,19 @@ def measure(config, seeds: int = 1, log=print, compile=True, groups=False,
 
 
 def group_computations(exp, state, data) -> list:
-  """``[(fn, abstract operands)]``: every computation of its own (``base.own_computation``:
+  """``[(fn, abstract operands)]``: every computation of its own (``rounds.own_computation``:
   each group's round, then each group's evaluation) of ``exp``'s round and evaluation.
 
-  ``base.own_computation`` is patched for the duration of one ``jax.eval_shape`` of each
+  ``rounds.own_computation`` is patched for the duration of one ``jax.eval_shape`` of each
   and records what it is called with, so each can be jitted as a program of its own.
   """
-  recorded, own = [], base.own_computation
+  recorded, own = [], rounds.own_computation
 
   def record(fn, operands, witness):
     recorded.append((fn, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       operands)))
     return own(fn, operands, witness)
-  with mock.patch.object(base, "own_computation", record):
+  with mock.patch.object(rounds, "own_computation", record):
     for fn in (exp.algorithm.round, exp.algorithm.evaluate):
       # a new function each time: jit's trace cache must not answer for an earlier trace
       jax.eval_shape(lambda s, d, fn=fn: fn(s, d), state, data)

@@ -50,6 +50,7 @@ import time
 ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "0",
                "TF_CPP_VMODULE": "hlo_pass_pipeline=1,gpu_compiler=1,nvptx_compiler=1"}
 
+import hlo_size  # noqa: E402 - benchmarks/: the script's directory
 import jax  # noqa: E402 - after ENVIRONMENT is defined; main() restarts with it set
 import numpy as np  # noqa: E402
 from eval_cost import apply_sets  # noqa: E402 - benchmarks/: the script's directory
@@ -64,7 +65,6 @@ from fedjax_het import validation  # noqa: E402
 from fedjax_het.sweeps import plan as plan_lib  # noqa: E402
 from fedjax_het.training import compile_options  # noqa: E402
 from fedjax_het.training import deviceless  # noqa: E402
-from fedjax_het.training import hlo_size  # noqa: E402
 from fedjax_het.training import program  # noqa: E402
 
 # XLA's timer lines: "HLO pass: <name> time: 1.2 s (1234567 us) ..." and the compiler's

@@ -14,19 +14,19 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
-from fedjax_het.algorithms import shared
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 
 AGGREGATION = ("weighted", "uniform")
 
 
-def fedprox(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedprox(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
             weight_decay: float = 0.0, grad_clip: float = 0.0, mu: float = 0.01,
-            aggregation: str = "weighted") -> base.Algorithm:
+            aggregation: str = "weighted") -> api.Algorithm:
   """Builds FedProx for a model-homogeneous federation (``rt.layout``: one group)."""
   net = models.get_model(rt.layout.archs[0], num_classes=rt.layout.num_classes,
                          dtype=rt.compute_dtype)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def prox_loss(w):  # the local objective, around the downloaded global model w
     def loss_fn(params, model_state, batch, rng):
@@ -56,11 +56,11 @@ def fedprox(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   def predict(g, rounds, w):
     return lambda x: net.apply({"params": w}, x)[0]
 
-  proto = base.Protocol(init_client, init_server, lambda w, g: w, client_update, aggregate,
-                        predict, trained_payload=base.own_upload)
-  # init and evaluate from the protocol; the round of every protocol whose server
-  # averages one model (train, aggregate, count): shared.average_round
-  return shared.from_protocol(rt, proto)
+  proto = api.Protocol(init_client, init_server, lambda w, g: w, client_update, aggregate,
+                        predict, trained_payload=api.own_upload)
+  # init, round and evaluate from the protocol: the round every algorithm shares
+  # (train the sampled clients, aggregate, count both links), rounds.protocol_round
+  return rounds.from_protocol(rt, proto)
 
 
 def check(config) -> None:
@@ -70,6 +70,7 @@ def check(config) -> None:
     raise ValueError(f"config.algo.mu={mu!r} is invalid: must be a number >= 0")
 
 
-SPEC = base.Spec(lambda c, rt: fedprox(rt, **base.sgd_args(c), **c.algo),
-                 hparams=dict(mu=0.01, aggregation="weighted"),
-                 choices=dict(aggregation=AGGREGATION), homogeneous_only=True, check=check)
+SPEC = api.Spec(lambda c, rt: fedprox(rt, **api.sgd_args(c), **c.algo),
+                 hparams=api.hparams_of(fedprox),  # mu, aggregation: the defaults above
+                 choices=dict(aggregation=AGGREGATION), homogeneous_only=True, check=check,
+                 averages=True)

@@ -3,10 +3,10 @@
 The algorithms write a client's state as a pytree (``base.ClientState``: params, model
 state, optimizer state); a group of ``n_g`` clients stacks every leaf on a leading
 client axis. Stored leaf by leaf, a round gathers the sampled clients' rows of every leaf
-and scatters them back, and XLA sees one gather and one scatter (about 39 StableHLO ops
-with their bounds handling) per leaf and group: FedMoE's 66 leaves over 5 architectures
-made 2/3 of the largest computation of a round (docs/performance.md, "Program size and
-compile cost"). ``Packed`` holds the same values as one buffer per dtype, ``[..., n_g,
+and scatters them back, and XLA sees one gather and one scatter (with their bounds
+handling) per leaf and group: for an algorithm of many leaves over several
+architectures, most of the largest computation of a round (docs/performance.md,
+"Program size and compile cost"). ``Packed`` holds the same values as one buffer per dtype, ``[..., n_g,
 size]`` (each client's leaves raveled in tree order and concatenated), so a round gathers
 and scatters its clients with one op per buffer, and a finiteness check is one reduction
 per buffer. A client's tree is rebuilt inside its own step with static slices and
@@ -16,8 +16,9 @@ reshapes (``unpack``), which XLA fuses into the ops that read them.
 (``clients/0/float32`` in a checkpoint), and whose static part is the
 ``PackSpec`` (tree structure, leaf shapes and dtypes, offsets): ``jax.tree.map``,
 shardings, ``jax.eval_shape``, donation and orbax see buffers. Reading an attribute of
-the state it packs (``state.clients[g].params``) unpacks it, so analysis code and tests
-read trees as before.
+the state it packs (``state.clients[g].params``) unpacks it, and ``replace`` packs the
+changed tree again (``state.clients[g].replace(params=...)``), so analysis code and
+tests read and write trees as before.
 """
 from __future__ import annotations
 
@@ -104,6 +105,20 @@ class Packed:
   def unpack(self) -> PyTree:
     """The stacked tree, every leaf ``[..., n, *shape]`` (``unpack``)."""
     return unpack(self)
+
+  def replace(self, **changes) -> Packed:
+    """The packed tree with fields replaced, packed again (``ClientState.replace`` of
+    the stacked state): ``state.clients[g].replace(params=...)`` writes, as on a tree.
+
+    Raises:
+      ValueError: a change alters the tree's structure, or the tree has no ``replace``.
+    """
+    tree = unpack(self)
+    if not hasattr(tree, "replace"):
+      raise ValueError(f"Packed.replace: the packed tree is a {type(tree).__name__}, not a "
+                       "dataclass; write packing.pack_like(x.spec, new_tree, lead) instead")
+    lead = len(self.buffers[self.spec.dtypes[0]].shape) - 1
+    return pack_like(self.spec, tree.replace(**changes), lead)
 
   def __getattr__(self, name: str):
     # only reached for names a Packed lacks: the packed tree's own attributes
@@ -219,3 +234,28 @@ def on_client(fn, stacked, returns_state: bool = True):
     new, rest = out
     return pack_like(spec, new), rest
   return on_row
+
+
+# ---- the layout of a checkpointed state (``training.checkpoint`` records it) ----------
+
+PACKED_LAYOUT = "packed-clients"  # a group's client state a ``Packed``: clients/<g>/<dtype>
+TREE_LAYOUT = "tree-clients"  # a group's client state its stacked tree (before packing)
+# the names a packed group's buffers are keyed by (``Packed.tree_flatten_with_keys``)
+BUFFER_NAMES = frozenset(np.dtype(t).name for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", jnp.bfloat16))
+
+
+def layout_of(state: PyTree) -> str:
+  """``PACKED_LAYOUT`` when ``state`` holds a ``Packed`` anywhere, else ``TREE_LAYOUT``."""
+  leaves = jax.tree.leaves(state, is_leaf=is_packed)
+  return PACKED_LAYOUT if any(is_packed(x) for x in leaves) else TREE_LAYOUT
+
+
+def stored_layout(clients: Any) -> str:
+  """The layout of a state's ``clients`` as stored (a list of dicts, orbax's tree
+  metadata of a step written before the layout was recorded): packed where a group's
+  keys are all buffer names."""
+  groups = clients if isinstance(clients, (list, tuple)) else []
+  packed = any(isinstance(g, dict) and g and set(g) <= BUFFER_NAMES for g in groups)
+  return PACKED_LAYOUT if packed else TREE_LAYOUT

@@ -222,7 +222,7 @@ def _level_zero():
 @pytest.fixture(autouse=True)
 def fresh_trace_counts():
   """``chex.assert_max_traces`` counts traces per function source across a worker's
-  tests; algorithms sharing a round (``shared.average_round``) must not add up."""
+  tests; algorithms sharing a round (``rounds.protocol_round``) must not add up."""
   import chex
   chex.clear_trace_counter()
 

@@ -14,8 +14,9 @@ from fedjax_het.algorithms import class_tables
 from fedjax_het.algorithms import fd
 from fedjax_het.algorithms import fedproto
 from fedjax_het.algorithms import lg_fedavg
-from fedjax_het.algorithms.shared import dummy_input
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import weighted_average
+from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.training import experiment
 from fedjax_het.training import loop
 from fedjax_het.training import program
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("compile_bound")
 
 def test_lg_uplink_is_exactly_the_header():
   net = models.get_model("tiny", num_classes=10)
-  params = net.init(jax.random.PRNGKey(0), dummy_input())["params"]
+  params = net.init(jax.random.PRNGKey(0), dummy_input(IMAGE_SHAPE))["params"]
   up = lg_fedavg.uplink(params)
   assert jax.tree.structure(up) == jax.tree.structure(params["header"])
   assert set(up) == {"fc"} and set(up["fc"]) == {"kernel", "bias"}

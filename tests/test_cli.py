@@ -180,7 +180,15 @@ def _commands():
     sys.path.pop(0)
   paths = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py"))
                  + glob.glob(os.path.join(ROOT, "benchmarks", "*.py")))
-  return [os.path.relpath(p, ROOT) for p in paths if not is_config_file(p)]
+  return [os.path.relpath(p, ROOT) for p in paths
+          if not is_config_file(p) and _runs_as_a_script(p)]
+
+
+def _runs_as_a_script(path: str) -> bool:
+  """Whether ``path`` is a command (a ``__main__`` block), not a module the scripts
+  beside it import (``benchmarks/hlo_size.py``)."""
+  with open(path) as f:
+    return 'if __name__ == "__main__":' in f.read()
 
 
 def defined_flags(script: str) -> list[str]:

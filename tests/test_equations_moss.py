@@ -94,7 +94,8 @@ def test_naive_aggregation_is_file_weighted_means_and_slice_copies():
   stacked = tuple(jax.tree.map(lambda *a: jnp.stack(a), *u) for u in ups)
   x = normalized(pool(8, seed=7).x)
   new, metrics = jax.jit(proto.aggregate)(server, stacked, tuple(counts),
-                                          jax.random.PRNGKey(1), x)
+                                          jax.random.PRNGKey(1), (x, jnp.float32(0.25)))
+  assert float(metrics["public_overlap"]) == 0.25  # the server data's, reported as is
   # the type models: FedAvg within each type, weighted by the counts
   w0 = jax.tree.map(lambda a, b: (3 * np.asarray(a) + np.asarray(b)) / 4, *ups[0])
   w1 = jax.tree.map(np.asarray, ups[1][0])
@@ -122,7 +123,7 @@ def test_naive_aggregation_is_file_weighted_means_and_slice_copies():
                           learning_rate=0.1, mapping="naive", aggregation="uniform",
                           public_size=8).protocol
   new, metrics = jax.jit(uniform.aggregate)(server, stacked, tuple(counts),
-                                            jax.random.PRNGKey(1), x)
+                                            jax.random.PRNGKey(1), (x, jnp.float32(0.0)))
   np.testing.assert_allclose(metrics["file_weights"], [0.5, 0.5])
   np.testing.assert_allclose(metrics["fidelity"], fid, rtol=1e-5, atol=1e-6)
   assert_close(new["proxy"], jax.tree.map(lambda u, v: (u + v) / 2, *proxies), rtol=1e-5,

@@ -112,6 +112,30 @@ state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
 state, metrics = jax.eval_shape(exp.algorithm.round, state, exp.data)
 assert metrics["train_loss"].shape == ()
 """,
+    "examples/drift_round.py": """
+import jax, numpy as np
+from fedjax_het import config as config_lib, register_algorithm
+from fedjax_het.data import make_synthetic
+from fedjax_het.training import experiment, program
+raw = make_synthetic(64, 32, 4, seed=0)
+np.savez("d.npz", x_train=raw.x_train, y_train=raw.y_train, x_test=raw.x_test,
+         y_test=raw.y_test)
+register_algorithm("drift_listing", SPEC)
+drifts = []
+for lr in (0.01, 0.02):  # one SGD step per client (B = 32 > its examples)
+  c = config_lib.override(config_lib.base_config(), {
+      "algorithm": "drift_listing", "models": "tiny", "data.name": "d",
+      "data.path": "d.npz", "data.subsample": 0, "data.subsample_per_class": 0,
+      "num_clients": 4, "batch_size": 32, "partition.kind": "iid",
+      "runtime.num_devices": 1, "learning_rate": lr})
+  exp = experiment.prepare(c)
+  state = program.compile_fns(exp).init(jax.random.PRNGKey(0))
+  state, metrics = jax.jit(exp.algorithm.round)(state, exp.data)
+  drifts.append(float(metrics["drift"]))
+  assert {"train_loss", "uplink_params", "drift"} <= set(metrics)
+# one step from w: w_k - w = -lr (g_k + wd w), so the drift is linear in lr
+assert drifts[0] > 0 and abs(drifts[1] / drifts[0] - 2) < 1e-4, drifts
+""",
     "examples/configs/fedprox.py": """
 c = get_config("smoke")
 assert c.algorithm == "examples.fedprox:SPEC" and c.algo.mu == 0.01 and c.num_rounds <= 5

@@ -201,7 +201,7 @@ def test_synthetic_public_domain_needs_no_held_out_images(tiny_config):
   validation.validate(c)  # data.public = 0: no image of the dataset is public
   exp = experiment.prepare(c)
   rng = jax.random.PRNGKey(5)
-  public = exp.algorithm.protocol.server_data(exp.data, rng)
+  public, _ = exp.algorithm.protocol.server_data(exp.data, rng)
   expected = normalize(moss_lib.synthetic_images(
       jax.random.fold_in(rng, moss_lib.PUBLIC_SEED), 16, exp.runtime.layout.image_shape),
       exp.runtime.normalization)

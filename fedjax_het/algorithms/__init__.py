@@ -13,8 +13,8 @@ registered under a plain name in this process with ``register_algorithm``.
 No algorithm module imports another: what several are built from is in ``shared``
 (models, classifier loss, the example-weighted average, the averaging round,
 ``from_protocol``), ``class_tables`` (FedProto's and FD's per-class tables) and
-``mutual`` (the shared-beside-private protocol of FML, FedKD and FedAPEN); ``base``
-holds the framework's types.
+``mutual`` (the shared-beside-private protocol of FML, FedKD and FedAPEN). ``api`` is
+the contract an algorithm is written against, ``rounds`` the machinery that runs it.
 """
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ from fedjax_het.algorithms import fml
 from fedjax_het.algorithms import lg_fedavg
 from fedjax_het.algorithms import moss
 from fedjax_het.algorithms import standalone
-from fedjax_het.algorithms.base import Algorithm
-from fedjax_het.algorithms.base import ClientState
-from fedjax_het.algorithms.base import Protocol
-from fedjax_het.algorithms.base import Runtime
-from fedjax_het.algorithms.base import Spec
-from fedjax_het.algorithms.base import State
+from fedjax_het.algorithms.api import Algorithm
+from fedjax_het.algorithms.api import ClientState
+from fedjax_het.algorithms.api import Protocol
+from fedjax_het.algorithms.api import Runtime
+from fedjax_het.algorithms.api import Spec
+from fedjax_het.algorithms.api import State
 
 SPECS: dict[str, Spec] = {
     "standalone": standalone.SPEC,
@@ -107,7 +107,14 @@ def get_spec(name: str) -> Spec:
                    "Spec of an algorithm of your own")
 
 
+def averages(name: str) -> bool:
+  """Whether the algorithm ``config.algorithm = name`` averages one parameter set every
+  group uploads alike (``Spec.averages``): a deployment may then aggregate robustly
+  (``fedjax_het.deploy.robust``). A built-in, registered or referenced name."""
+  return get_spec(name).averages
+
+
 __all__ = ["Algorithm", "ClientState", "Protocol", "REGISTERED", "Runtime", "SPECS", "Spec",
-           "State", "algorithm_names", "fd", "fedapen", "fedavg", "fedkd", "fedmoe",
+           "State", "algorithm_names", "averages", "fd", "fedapen", "fedavg", "fedkd", "fedmoe",
            "fedmrl", "fedproto", "fml", "get_spec", "lg_fedavg", "moss",
            "register_algorithm", "standalone"]

@@ -15,7 +15,7 @@ loss against the downloaded table, what a row holds (``uplink``) and the predict
 - ``empty_stats``, ``accumulate``, ``stats_upload``: per-class sums of a feature gathered
   *during* local training (HtFLlib's FedProto prototypes), instead of ``class_stats``'s
   extra pass after it.
-- ``table_protocol``, ``table_round``: the protocol and round built from them, with the
+- ``table_protocol``, ``table_communication``: the protocol built from them, with the
   communication counted in table entries (``mean_entries_sent``).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_het import clients as cl
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
 from fedjax_het.algorithms.shared import private_client_init
 
 
@@ -135,10 +135,10 @@ def remember(old: dict, new: dict) -> dict:
           "valid": new["valid"] | old["valid"]}
 
 
-def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict,
+def table_protocol(rt: api.Runtime, nets, opt, *, width: int, loss_fn, uplink, predict,
                    memory: bool = False, weighting: str = "counts",
                    during_training: bool = False, track_held: bool = False
-                   ) -> base.Protocol:
+                   ) -> api.Protocol:
   """The protocol of FedProto and FD: private models, per-class tables on the wire.
 
   Args:
@@ -183,31 +183,26 @@ def table_protocol(rt: base.Runtime, nets, opt, *, width: int, loss_fn, uplink, 
       sent = uplink(nets[g], r.params, data, idx, mask, rt)
     kept = ({"held": client.model_state["held"] | (sent["counts"] > 0)} if track_held
             else None)
-    return base.ClientState(r.params, kept, r.opt_state), sent, {"loss": r.loss}
+    return api.ClientState(r.params, kept, r.opt_state), sent, {"loss": r.loss}
 
   def server_aggregate(table, uploads, weights, train_key, server_data):
     del weights, train_key, server_data  # the class counts weigh the means
     new = aggregate_classes(uploads, weighting)
     return (remember(table, new) if memory else new), {}
 
-  return base.Protocol(init_client,
+  return api.Protocol(init_client,
                        lambda rng: empty_table(rt.layout.num_classes, width),
-                       lambda table, g: table, client_update, server_aggregate, predict)
+                       lambda table, g: table, client_update, server_aggregate, predict,
+                       communication=table_communication(num_classes, width))
 
 
-def table_round(rt: base.Runtime, proto: base.Protocol, width: int):
-  """``Algorithm.round`` of ``table_protocol``: the metrics count table entries.
+def table_communication(num_classes: int, width: int):
+  """``Protocol.communication`` of ``table_protocol``, in table entries.
 
   Uplink: mean over participating clients of (#classes held x ``width``); downlink: the
   full table, C x ``width``.
   """
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    table, _ = base.aggregate_groups(proto, state, results)
-    up = mean_entries_sent([r.outputs[0] for r in results], [r.weights for r in results],
-                           width)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
-                                 downlink=rt.layout.num_classes * width)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=table), metrics
-  return round_fn
+  def communication(table, uploads, weights, aux):
+    del table, aux
+    return mean_entries_sent(list(uploads), list(weights), width), num_classes * width
+  return communication

@@ -32,25 +32,24 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_het import clients as cl
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.class_tables import class_stats
 from fedjax_het.algorithms.class_tables import table_protocol
-from fedjax_het.algorithms.class_tables import table_round
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 
 DISTILL = ("ce", "mse")
 
 
-def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
        weight_decay: float = 0.0, grad_clip: float = 0.0,
-       lamda: float = 1.0, distill: str = "ce") -> base.Algorithm:
+       lamda: float = 1.0, distill: str = "ce") -> api.Algorithm:
   """Builds FD.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     lamda: weight of the distillation term.
     distill: the distillation loss, one of ``DISTILL``.
 
@@ -63,7 +62,7 @@ def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     raise ValueError(f"algo.distill={distill!r}; valid: {DISTILL}")
   num_classes = rt.layout.num_classes
   nets = init_models(rt, num_classes=num_classes)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net, table):
     def fn(params, model_state, batch, rng):
@@ -80,7 +79,7 @@ def fd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = table_protocol(rt, nets, opt, width=num_classes, loss_fn=loss_fn, uplink=uplink,
                          predict=predict)
-  return from_protocol(rt, proto, table_round(rt, proto, num_classes))
+  return rounds.from_protocol(rt, proto)
 
 
 def distill_loss(logits, labels, mask, table, kind: str = "ce"):
@@ -101,11 +100,11 @@ def distill_loss(logits, labels, mask, table, kind: str = "ce"):
   return jnp.sum(per * keep) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
+def uplink(net, params, data, idx, mask, rt: api.Runtime) -> dict:
   """What an FD client sends: its per-class average logits and class counts."""
   return class_stats(lambda x: net.apply({"params": params}, x)[0], data.x, data.y, idx,
                      mask, num_classes=rt.layout.num_classes, **rt.eval_options())
 
 
-SPEC = base.Spec(lambda c, rt: fd(rt, **base.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, distill="ce"), choices=dict(distill=DISTILL))
+SPEC = api.Spec(lambda c, rt: fd(rt, **api.sgd_args(c), **c.algo),
+                 api.hparams_of(fd), choices=dict(distill=DISTILL))

@@ -50,14 +50,14 @@ import jax.numpy as jnp
 from fedjax_het import clients as cl
 from fedjax_het import models
 from fedjax_het import sharding
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import download
 from fedjax_het.algorithms.mutual import kl_divergence
 from fedjax_het.algorithms.mutual import make_nets
 from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import uplink
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 
 
 def ensemble(logits_l: jax.Array, logits_g: jax.Array, lam: jax.Array) -> jax.Array:
@@ -132,17 +132,17 @@ def learn_lambda(lam: jax.Array, logits_l: jax.Array, logits_g: jax.Array,
   return jax.lax.scan(one_pass, lam, None, length=steps)[0]
 
 
-def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
             weight_decay: float = 0.0, grad_clip: float = 0.0,
             small_arch: str = "cnn5", rep_dim: int = LOCAL_REP_DIM,
             holdout_fraction: float = 0.1, lambda_steps: int = 1,
-            lambda_learning_rate: float = 1e-3) -> base.Algorithm:
+            lambda_learning_rate: float = 1e-3) -> api.Algorithm:
   """Builds FedAPEN.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of both models.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     small_arch, rep_dim: architecture and representation width of the shared model.
     holdout_fraction: part of each client's train data that lambda is learned on.
     lambda_steps, lambda_learning_rate: passes of minibatch SGD on lambda per round, and
@@ -156,7 +156,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   if not 0.0 < holdout_fraction < 1.0:
     raise ValueError(f"algo.holdout_fraction={holdout_fraction} must be in (0, 1)")
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):
@@ -176,7 +176,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), jax.lax.map(chunk, chunks))
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
     logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
     lam = learn_lambda(client.model_state["lam"], logits_l, logits_g, labels, hmask,
@@ -184,7 +184,7 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                        batch_size=rt.batch_size)
     r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, opt_state,
                        data.x, data.y, idx, train_mask, key, **rt.train_options())
-    new = base.ClientState(r.params, r.model_state, r.opt_state)
+    new = api.ClientState(r.params, r.model_state, r.opt_state)
     return new, uplink(r.params), {"loss": r.loss}
 
   def predict(g, client, theta):
@@ -197,18 +197,17 @@ def fedapen(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   proto = mutual_protocol(nets, opt, client_update, predict=predict,
-                          trained_payload=base.own_upload,
+                          trained_payload=api.own_upload,
                           model_state={"lam": jnp.full((), 0.5, jnp.float32)})
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
-def weight(client: base.ClientState) -> jax.Array:
+def weight(client: api.ClientState) -> jax.Array:
   """lambda_k in [0, 1] of a client state (any leading client axes)."""
   return client.model_state["lam"]
 
 
-SPEC = base.Spec(
-    lambda c, rt: fedapen(rt, **base.sgd_args(c), **c.algo),
-    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, holdout_fraction=0.1,
-         lambda_steps=1, lambda_learning_rate=1e-3),
-    choices=dict(small_arch=models.ArchitectureChoices()))
+SPEC = api.Spec(
+    lambda c, rt: fedapen(rt, **api.sgd_args(c), **c.algo),
+    api.hparams_of(fedapen),
+    choices=dict(small_arch=models.ArchitectureChoices()), averages=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import jax
 
 from fedjax_het import clients as cl
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import count_rounds
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 from fedjax_het.algorithms.shared import local_update
 
@@ -28,15 +28,15 @@ def check_homogeneous(layout, algorithm: str) -> None:
         f"architecture such as 'cnn1'); got architectures {list(layout.archs)}")
 
 
-def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedavg(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
            weight_decay: float = 0.0, grad_clip: float = 0.0
-           ) -> base.Algorithm:
+           ) -> api.Algorithm:
   """Builds FedAvg.
 
   Args:
     rt: runtime; its layout must have exactly one architecture group.
     learning_rate, momentum: local SGD (the optimizer state is reset every round).
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
 
   Returns:
     ``Algorithm``; ``state.server`` holds the global params; ``state.clients[0]`` only
@@ -45,7 +45,7 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   """
   check_homogeneous(rt.layout, "fedavg")
   nets = init_models(rt, num_classes=rt.layout.num_classes)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20), rt.dummy_input())["params"]
@@ -60,11 +60,11 @@ def fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return lambda x: nets[g].apply({"params": w}, x)[0]
 
   # a client: E epochs of SGD from the downloaded w, upload w_k (``shared.local_update``)
-  proto = base.Protocol(count_rounds, init_server, lambda w, g: w,
+  proto = api.Protocol(count_rounds, init_server, lambda w, g: w,
                         local_update(rt, nets, opt), server_aggregate, predict,
-                        trained_payload=base.own_upload)
+                        trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
-SPEC = base.Spec(lambda c, rt: fedavg(rt, **base.sgd_args(c)), {}, homogeneous_only=True)
+SPEC = api.Spec(lambda c, rt: fedavg(rt, **api.sgd_args(c)), {}, homogeneous_only=True, averages=True)

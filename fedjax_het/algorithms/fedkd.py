@@ -58,7 +58,8 @@ from flax import linen as nn
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import EVALUATED
 from fedjax_het.algorithms.mutual import KL_REDUCTIONS
 from fedjax_het.algorithms.mutual import check_evaluate
@@ -67,7 +68,6 @@ from fedjax_het.algorithms.mutual import make_nets
 from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import shared_predict
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.models.cnn import torch_kernel_init
 
@@ -122,7 +122,7 @@ def compress_tree(tree, energy: float | jax.Array):
     the tree itself and its size (a traced energy always compresses).
   """
   if not isinstance(energy, jax.Array) and energy <= 0:
-    return tree, jnp.asarray(base.count_params(tree), jnp.float32)
+    return tree, jnp.asarray(api.count_params(tree), jnp.float32)
 
   def one(a):
     if a.ndim < 2:
@@ -158,18 +158,18 @@ def distillation_losses(logits_t, rep_t, logits_s, rep_s, w_h, labels, mask,
   return loss_t, loss_s
 
 
-def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedkd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
           weight_decay: float = 0.0, grad_clip: float = 0.0,
           small_arch: str = "cnn5", rep_dim: int = LOCAL_REP_DIM,
           svd_energy_start: float = 0.95, svd_energy_end: float = 0.98,
           num_rounds: int = 100, evaluate: str = "private",
-          kl_reduction: str = "batchmean") -> base.Algorithm:
+          kl_reduction: str = "batchmean") -> api.Algorithm:
   """Builds FedKD.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of mentor, mentee and W_h.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     small_arch, rep_dim: architecture and representation width of the mentee.
     svd_energy_start, svd_energy_end: energy T kept by the SVD compression of updates
       at the first and the last round, in [0, 1] (start 0 = no compression; the paper
@@ -195,7 +195,7 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return energy_at(round_, svd_energy_start, svd_energy_end, num_rounds)
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
   w_h = nn.Dense(LOCAL_REP_DIM, use_bias=False, kernel_init=torch_kernel_init)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_params(g, key):
     k1, k2 = jax.random.split(key)
@@ -214,12 +214,12 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def client_update(g, client, payload, data, idx, mask, key):
     theta = payload["theta"]
-    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
                        mask, key, **rt.train_options())
     update, sent = compress_tree(uplink(r.params, theta),
                                  payload["energy"] if compress else 0.0)
-    return (base.ClientState(r.params, None, r.opt_state), update,
+    return (api.ClientState(r.params, None, r.opt_state), update,
             {"loss": r.loss, "sent": sent})
 
   def server_aggregate(server, uploads, weights, train_key, server_data):
@@ -228,6 +228,14 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     update, down = compress_tree(update, energy(server["round"]) if compress else 0.0)
     theta = jax.tree.map(jnp.add, server["theta"], update)
     return {"theta": theta, "round": server["round"] + 1}, {"downlink_params": down}
+
+  def communication(server, uploads, weights, aux):
+    """Uplink: the mean over participating clients of the factors each sent (``aux``);
+    downlink: the aggregate's own count of the compressed update it sends."""
+    del server, uploads
+    active = jnp.concatenate([(w > 0).astype(jnp.float32) for w in weights])
+    sent = jnp.concatenate([a["sent"] for a in aux])
+    return jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0), None
 
   shared = dict(predict=shared_predict(nets, lambda payload: payload["theta"]),
                 trained_payload=trained_mentee)
@@ -238,20 +246,10 @@ def fedkd(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   proto = proto._replace(
       init_server=lambda rng: {"theta": init_theta(rng), "round": jnp.zeros((), jnp.int32)},
       downlink=lambda server, g: {"theta": server["theta"],
-                                  "energy": energy(server["round"])})
+                                  "energy": energy(server["round"])},
+      communication=communication)
 
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    server, sent_down = base.aggregate_groups(proto, state, results)
-    active = jnp.concatenate([(r.weights > 0).astype(jnp.float32) for r in results])
-    sent = jnp.concatenate([r.outputs[1]["sent"] for r in results])
-    up = jnp.sum(sent * active) / jnp.maximum(jnp.sum(active), 1.0)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=up,
-                                 downlink=sent_down["downlink_params"])
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=server), metrics
-
-  return from_protocol(rt, proto, round_fn)
+  return rounds.from_protocol(rt, proto)
 
 
 def trained_mentee(payload, update):
@@ -265,9 +263,8 @@ def uplink(params, theta):
   return jax.tree.map(jnp.subtract, params["global"], theta)
 
 
-SPEC = base.Spec(
-    lambda c, rt: fedkd(rt, **base.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
-    dict(small_arch="cnn5", rep_dim=LOCAL_REP_DIM, svd_energy_start=0.95,
-         svd_energy_end=0.98, evaluate="private", kl_reduction="batchmean"),
+SPEC = api.Spec(
+    lambda c, rt: fedkd(rt, **api.sgd_args(c), num_rounds=c.num_rounds, **c.algo),
+    api.hparams_of(fedkd, exclude=("num_rounds",)),
     choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
                  kl_reduction=KL_REDUCTIONS))

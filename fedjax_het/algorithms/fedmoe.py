@@ -29,11 +29,10 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het import packing
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 
@@ -88,25 +87,25 @@ def optimizer(learning_rate: float, gating_learning_rate: float, momentum: float
   ``clip_grad_norm_`` over the model), before the per-block SGD.
   """
   return optax.chain(
-      base.clip(grad_clip),
+      api.clip(grad_clip),
       optax.multi_transform(
-          {"model": base.sgd(learning_rate, momentum, weight_decay),
-           "gate": base.sgd(gating_learning_rate, momentum, weight_decay)},
+          {"model": api.sgd(learning_rate, momentum, weight_decay),
+           "gate": api.sgd(gating_learning_rate, momentum, weight_decay)},
           lambda params: {k: jax.tree.map(lambda _, k=k: "gate" if k == "gate" else "model", v)
                           for k, v in params.items()}))
 
 
-def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedmoe(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
            weight_decay: float = 0.0, grad_clip: float = 0.0,
            gating_learning_rate: float = 0.01, gating_hidden: int = 64,
-           global_arch: str = "cnn5") -> base.Algorithm:
+           global_arch: str = "cnn5") -> api.Algorithm:
   """Builds FedMoE.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate: eta_omega, for theta, omega_k.
     momentum: SGD momentum (0 in the paper).
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     gating_learning_rate: eta_phi, for the gate.
     gating_hidden: m, the width of the gate's hidden layer (``algo.gating_hidden``; the
       paper does not give it; 64 here, a public re-implementation uses 128).
@@ -127,17 +126,17 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   def init_client(g, key):
     params, model_state = nets[g].init(key)
-    return base.ClientState(params, model_state, opt.init(params))
+    return api.ClientState(params, model_state, opt.init(params))
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))[0]["global_ex"]
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params, opt_state = base.download(rt, client.params, client.opt_state,
+    params, opt_state = api.download(rt, client.params, client.opt_state,
                                       {"global_ex": theta})  # download theta
     r = cl.local_train(loss_fn(nets[g]), opt, params, client.model_state, opt_state,
                        data.x, data.y, idx, mask, key, **rt.train_options())
-    new = base.ClientState(r.params, r.model_state, r.opt_state)
+    new = api.ClientState(r.params, r.model_state, r.opt_state)
     return new, uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
@@ -148,10 +147,10 @@ def fedmoe(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     params = dict(client.params, global_ex=theta)  # the server's latest theta
     return lambda x: nets[g].logits(params, client.model_state, x, train=False)[0]
 
-  proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
-                        server_aggregate, predict, trained_payload=base.own_upload)
+  proto = api.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+                        server_aggregate, predict, trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def loss_fn(net: FedMoENets):
@@ -167,7 +166,7 @@ def loss_fn(net: FedMoENets):
   return fn
 
 
-def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidden: int = 64,
+def test_gate_weights(rt: api.Runtime, state: api.State, data, *, gating_hidden: int = 64,
                       global_arch: str = "cnn5") -> list:
   """Per-sample gate weights on every client's test split, for analysis (paper Fig. 5).
 
@@ -190,9 +189,8 @@ def test_gate_weights(rt: base.Runtime, state: base.State, data, *, gating_hidde
       x = cl.make_batch(data.x, data.y, idx, idx >= 0, **rt.batch_options()).x
       return net.gate_weights(client.params, client.model_state, x, train=False)[0]
 
-    clients_g = state.clients[g]
-    one = packing.on_client(one, clients_g, returns_state=False)
-    weights = jax.jit(lambda c, i, one=one: rt.map(one, c, i))(clients_g, index.test_idx)
+    weights = jax.jit(lambda c, i, one=one: rounds.map_group(rt, one, c, i))(
+        state.clients[g], index.test_idx)
     out.append((weights, data.y[index.test_idx], index.test_mask))
   return out
 
@@ -202,7 +200,7 @@ def uplink(params):
   return params["global_ex"]
 
 
-SPEC = base.Spec(
-    lambda c, rt: fedmoe(rt, **base.sgd_args(c), **c.algo),
-    dict(gating_learning_rate=0.01, gating_hidden=64, global_arch="cnn5"),
-    choices=dict(global_arch=models.ArchitectureChoices()))
+SPEC = api.Spec(
+    lambda c, rt: fedmoe(rt, **api.sgd_args(c), **c.algo),
+    api.hparams_of(fedmoe),
+    choices=dict(global_arch=models.ArchitectureChoices()), averages=True)

@@ -43,10 +43,10 @@ from flax import linen as nn
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.models.cnn import torch_bias_init
@@ -113,17 +113,17 @@ class FedMRLNets:
     return large if inference == "mix-large" else small
 
 
-def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedmrl(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
            weight_decay: float = 0.0, grad_clip: float = 0.0, d1: int = 100,
            small_arch: str = "cnn5", m_lc: float = 1.0, m_hf: float = 1.0,
            use_mrl: bool = True, inference: str = "mix-large",
-           aggregation: str = "paper") -> base.Algorithm:
+           aggregation: str = "paper") -> api.Algorithm:
   """Builds FedMRL.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD for theta, omega_k and phi_k alike.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     d1: representation width of the shared small model (paper: 100..500).
     small_arch: architecture of the shared small model (CNN-5 in the paper).
     m_lc, m_hf: loss weights of Eq. (3).
@@ -141,20 +141,20 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,
                      use_mrl=use_mrl, dtype=rt.compute_dtype,
                      image_shape=rt.layout.image_shape) for arch in rt.layout.archs]
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_client(g, key):
     params = nets[g].init(key)
-    return base.ClientState(params, None, opt.init(params))
+    return api.ClientState(params, None, opt.init(params))
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     r = cl.local_train(loss_fn(nets[g], m_lc=m_lc, m_hf=m_hf), opt, params, None,
                        opt_state, data.x, data.y, idx, mask, key, **rt.train_options())
-    return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
+    return api.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(theta, uploads, weights, train_key, server_data):
     del theta, server_data
@@ -166,10 +166,10 @@ def fedmrl(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     params = dict(client.params, **{"global": theta})  # latest theta, as the reference
     return lambda x: nets[g].predict(params, x, inference)
 
-  proto = base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
-                        server_aggregate, predict, trained_payload=base.own_upload)
+  proto = api.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+                        server_aggregate, predict, trained_payload=api.own_upload)
 
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
 def loss_fn(net: FedMRLNets, *, m_lc: float = 1.0, m_hf: float = 1.0):
@@ -217,10 +217,9 @@ def check(config) -> None:
     raise ValueError(f"algo.d1={d1} must be in [1, {LOCAL_REP_DIM}]")
 
 
-SPEC = base.Spec(
-    lambda c, rt: fedmrl(rt, **base.sgd_args(c), **c.algo),
-    dict(d1=100, small_arch="cnn5", m_lc=1.0, m_hf=1.0, use_mrl=True, inference="mix-large",
-         aggregation="paper"),
+SPEC = api.Spec(
+    lambda c, rt: fedmrl(rt, **api.sgd_args(c), **c.algo),
+    api.hparams_of(fedmrl),
     choices=dict(inference=INFERENCE, small_arch=models.ArchitectureChoices(),
                  aggregation=AGGREGATION),
-    check=check)
+    check=check, averages=True)

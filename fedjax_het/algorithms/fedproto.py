@@ -53,13 +53,12 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.class_tables import WEIGHTINGS
 from fedjax_het.algorithms.class_tables import accumulate
 from fedjax_het.algorithms.class_tables import class_stats
 from fedjax_het.algorithms.class_tables import table_protocol
-from fedjax_het.algorithms.class_tables import table_round
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 
 INFERENCE = ("prototype", "header")
@@ -67,18 +66,18 @@ PROTOTYPE_CLASSES = ("all", "own")
 PROTOTYPES_FROM = ("after_training", "during_training")
 
 
-def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fedproto(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
              weight_decay: float = 0.0, grad_clip: float = 0.0,
              lamda: float = 1.0, inference: str = "prototype",
              prototype_memory: bool = True, prototype_classes: str = "all",
              prototype_weighting: str = "counts",
-             prototypes_from: str = "after_training") -> base.Algorithm:
+             prototypes_from: str = "after_training") -> api.Algorithm:
   """Builds FedProto.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     lamda: weight of the prototype MSE term.
     inference: one of ``INFERENCE``.
     prototype_memory: keep the last known global prototype of a class nobody sent this
@@ -111,7 +110,7 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   width = nets[0].rep_dim
   if any(n.rep_dim != width for n in nets):
     raise ValueError("fedproto needs one representation width across architectures")
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net, protos):
     def fn(params, model_state, batch, rng):
@@ -141,7 +140,7 @@ def fedproto(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
                          memory=prototype_memory, predict=predict,
                          weighting=prototype_weighting, during_training=during,
                          track_held=own)
-  return from_protocol(rt, proto, table_round(rt, proto, width))
+  return rounds.from_protocol(rt, proto)
 
 
 def proto_mse(rep, labels, mask, protos) -> jax.Array:
@@ -173,16 +172,14 @@ def nearest_prototype_scores(rep, protos) -> jax.Array:
   return jnp.where(protos["valid"][None], -d, -jnp.inf)
 
 
-def uplink(net, params, data, idx, mask, rt: base.Runtime) -> dict:
+def uplink(net, params, data, idx, mask, rt: api.Runtime) -> dict:
   """What a FedProto client sends: its per-class mean representations and counts."""
   return class_stats(lambda x: models.extract(net, params, x), data.x, data.y, idx, mask,
                      num_classes=rt.layout.num_classes, **rt.eval_options())
 
 
-SPEC = base.Spec(lambda c, rt: fedproto(rt, **base.sgd_args(c), **c.algo),
-                 dict(lamda=1.0, inference="prototype", prototype_memory=True,
-                      prototype_classes="all", prototype_weighting="counts",
-                      prototypes_from="after_training"),
+SPEC = api.Spec(lambda c, rt: fedproto(rt, **api.sgd_args(c), **c.algo),
+                 api.hparams_of(fedproto),
                  choices=dict(inference=INFERENCE, prototype_classes=PROTOTYPE_CLASSES,
                               prototype_weighting=WEIGHTINGS,
                               prototypes_from=PROTOTYPES_FROM))

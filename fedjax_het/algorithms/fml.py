@@ -29,13 +29,14 @@ where it and the paper differ:
 
 The two networks, the KL term and the protocol (``MutualNets``, ``kl_divergence``,
 ``mutual_protocol``) are in ``mutual.py``, shared with ``fedkd.py`` and ``fedapen.py``;
-FML's round is ``shared.average_round``.
+FML's round is every protocol's (``rounds.protocol_round``).
 """
 from __future__ import annotations
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.mutual import EVALUATED
 from fedjax_het.algorithms.mutual import KL_REDUCTIONS
 from fedjax_het.algorithms.mutual import check_evaluate
@@ -45,7 +46,6 @@ from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import shared_predict
 from fedjax_het.algorithms.mutual import uplink
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import from_protocol
 
 
 def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float,
@@ -58,17 +58,17 @@ def mutual_losses(logits_l, logits_g, labels, mask, *, alpha: float, beta: float
   return loss_l, loss_g
 
 
-def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def fml(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
         weight_decay: float = 0.0, grad_clip: float = 0.0,
         alpha: float = 0.5, beta: float = 0.5, small_arch: str = "cnn5",
         rep_dim: int = LOCAL_REP_DIM, evaluate: str = "private",
-        kl_reduction: str = "batchmean") -> base.Algorithm:
+        kl_reduction: str = "batchmean") -> api.Algorithm:
   """Builds FML.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: SGD of both models.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     alpha: CE weight of the private model's loss (1 - alpha on KL from the meme).
     beta: CE weight of the meme's loss (1 - beta on KL from the private model).
     small_arch, rep_dim: architecture and representation width of the meme.
@@ -87,7 +87,7 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       raise ValueError(f"algo.{name}={v} must be in [0, 1]")
   check_evaluate(evaluate, kl_reduction)
   nets = make_nets(rt, small_arch=small_arch, rep_dim=rep_dim)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def loss_fn(net):
     def fn(params, model_state, batch, rng):
@@ -99,22 +99,21 @@ def fml(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     return fn
 
   def client_update(g, client, theta, data, idx, mask, key):
-    params, opt_state = base.download(rt, client.params, client.opt_state, {"global": theta})
+    params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     r = cl.local_train(loss_fn(nets[g]), opt, params, None, opt_state, data.x, data.y, idx,
                        mask, key,
                        **rt.train_options())
-    return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
+    return api.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   proto = mutual_protocol(
       nets, opt, client_update,
-      **(dict(predict=shared_predict(nets), trained_payload=base.own_upload)
+      **(dict(predict=shared_predict(nets), trained_payload=api.own_upload)
          if evaluate == "shared" else {}))
-  return from_protocol(rt, proto)
+  return rounds.from_protocol(rt, proto)
 
 
-SPEC = base.Spec(
-    lambda c, rt: fml(rt, **base.sgd_args(c), **c.algo),
-    dict(alpha=0.5, beta=0.5, small_arch="cnn5", rep_dim=LOCAL_REP_DIM,
-         evaluate="private", kl_reduction="batchmean"),
+SPEC = api.Spec(
+    lambda c, rt: fml(rt, **api.sgd_args(c), **c.algo),
+    api.hparams_of(fml),
     choices=dict(small_arch=models.ArchitectureChoices(), evaluate=EVALUATED,
-                 kl_reduction=KL_REDUCTIONS))
+                 kl_reduction=KL_REDUCTIONS), averages=True)

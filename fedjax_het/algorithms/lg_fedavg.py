@@ -28,23 +28,23 @@ from __future__ import annotations
 import jax
 
 from fedjax_het import clients as cl
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms import rounds
 from fedjax_het.algorithms.shared import classifier_loss
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import init_models
 from fedjax_het.algorithms.shared import private_client_init
 from fedjax_het.algorithms.shared import weighted_average
 
 
-def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def lg_fedavg(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
               weight_decay: float = 0.0, grad_clip: float = 0.0
-              ) -> base.Algorithm:
+              ) -> api.Algorithm:
   """Builds LG-FedAvg.
 
   Args:
     rt: runtime (groups by architecture, C, E, B, devices).
     learning_rate, momentum: local SGD over extractor and header.
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
 
   Returns:
     ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` whose params
@@ -52,17 +52,17 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     {'fc': {'kernel': [500, C], 'bias': [C]}}.
   """
   nets = init_models(rt, num_classes=rt.layout.num_classes)
-  opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip)
+  opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip)
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20), rt.dummy_input())["params"]["header"]
 
   def client_update(g, client, header, data, idx, mask, key):
-    params, opt_state = base.download(rt, client.params, client.opt_state,
+    params, opt_state = api.download(rt, client.params, client.opt_state,
                                       {"header": header})  # download theta_hd
     r = cl.local_train(classifier_loss(nets[g]), opt, params, None, opt_state,
                        data.x, data.y, idx, mask, key, **rt.train_options())
-    return base.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
+    return api.ClientState(r.params, None, r.opt_state), uplink(r.params), {"loss": r.loss}
 
   def server_aggregate(header, uploads, weights, train_key, server_data):
     del header, train_key, server_data
@@ -72,10 +72,10 @@ def lg_fedavg(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     params = with_header(client.params, header)  # local extractor, global header
     return lambda x: nets[g].apply({"params": params}, x)[0]
 
-  proto = base.Protocol(private_client_init(nets, opt, rt.layout.image_shape), init_server,
+  proto = api.Protocol(private_client_init(nets, opt, rt.layout.image_shape), init_server,
                         lambda header, g: header, client_update, server_aggregate, predict,
-                        trained_payload=base.own_upload)
-  return from_protocol(rt, proto)
+                        trained_payload=api.own_upload)
+  return rounds.from_protocol(rt, proto)
 
 
 def with_header(params, header):
@@ -88,4 +88,4 @@ def uplink(params):
   return params["header"]
 
 
-SPEC = base.Spec(lambda c, rt: lg_fedavg(rt, **base.sgd_args(c)), {})
+SPEC = api.Spec(lambda c, rt: lg_fedavg(rt, **api.sgd_args(c)), {}, averages=True)

@@ -41,11 +41,11 @@ import optax
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
 from fedjax_het.algorithms import moss_wire as wire
+from fedjax_het.algorithms import rounds
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import count_rounds
-from fedjax_het.algorithms.shared import dummy_input
-from fedjax_het.algorithms.shared import from_protocol
 from fedjax_het.algorithms.shared import local_update
 from fedjax_het.data.sources import IMAGE_SHAPE
 from fedjax_het.models.preprocess import normalize
@@ -114,19 +114,19 @@ def largest_arch(archs, num_classes: int, image_shape: tuple[int, ...] = IMAGE_S
   return max(archs, key=size)
 
 
-def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
+def moss(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
          weight_decay: float = 0.0, grad_clip: float = 0.0,
          proxy_arch: str = "auto", aggregation: str = "file", mapping: str = "wire",
          public_size: int = 500, public_batch: int = 50, wire_steps: int = 10,
          wire_lr: float = 0.01, meta_lr: float = 1e-3, beta: float = 0.5,
          wire_layers: str = "conv1,conv2,rep",
-         public_domain: str = "held_out", wire_clip: float = 0.0) -> base.Algorithm:
+         public_domain: str = "held_out", wire_clip: float = 0.0) -> api.Algorithm:
   """Builds Moss.
 
   Args:
     rt: runtime (groups by architecture = device types).
     learning_rate, momentum: local SGD (optimizer state reset every round, as FedAvg).
-    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``base.sgd``).
+    weight_decay, grad_clip: coupled L2 and gradient-norm clipping (``api.sgd``).
     proxy_arch: architecture of the proxies; 'auto' = the largest device architecture.
     aggregation: 'file' (fidelity-weighted) or 'uniform'.
     mapping: 'wire' or 'naive' (slice copy).
@@ -163,7 +163,7 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
   applies = [lambda p, x, n=n: n.apply({"params": p}, x) for n in nets]
   proxy_apply = lambda p, x: proxy_net.apply({"params": p}, x)
   layers = tuple(s.strip() for s in wire_layers.split(",") if s.strip())
-  opt, meta_opt = base.sgd(learning_rate, momentum, weight_decay, grad_clip), optax.adam(meta_lr)
+  opt, meta_opt = api.sgd(learning_rate, momentum, weight_decay, grad_clip), optax.adam(meta_lr)
   G = layout.num_groups
 
   def init_params(net, key):
@@ -217,7 +217,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
       losses.append(loss)
     return targets, new_wires, losses
 
-  def server_aggregate(server, uploads, weights, train_key, public_x):
+  def server_aggregate(server, uploads, weights, train_key, public):
+    public_x, overlap = public  # ``public_set``: fixed across rounds
     wire_key = jax.random.fold_in(train_key, 1 << 16)
     types = [type_average(u, n, w) for u, n, w in zip(uploads, weights, server["types"])]
     wires = list(server["wire"]) if mapping == "wire" else [{} for _ in range(G)]
@@ -236,7 +237,8 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     new = {"types": tuple(new_types), "proxy": proxy,
            "wire": tuple(wires) if mapping == "wire" else ()}
     return new, {"fidelity": fid, "file_weights": a,
-                 "wire_loss": jnp.mean(jnp.stack(up_losses + down_losses))}
+                 "wire_loss": jnp.mean(jnp.stack(up_losses + down_losses)),
+                 "public_overlap": overlap}
 
   def public_set(data, rng):
     """The public images (normalized) and the fraction of them some client holds; the
@@ -254,26 +256,21 @@ def moss(rt: base.Runtime, *, learning_rate: float, momentum: float = 0.0,
     del rounds_taken  # the deployed type model
     return lambda x: applies[g](w_g, x)[0]
 
-  proto = base.Protocol(
-      count_rounds, init_server, lambda server, g: server["types"][g],
-      local_update(rt, nets, opt), server_aggregate, predict,
-      server_data=lambda data, rng: public_set(data, rng)[0],
-      trained_payload=base.own_upload)
-
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    public_x, overlap = public_set(data, state.rng)  # fixed across rounds
-    server, moss_metrics = base.aggregate_groups(proto, state, results, public_x)
-    sizes = [base.count_params(t) for t in state.server["types"]]
+  def communication(server, uploads, weights, aux):
+    """Each way, the deployed type model: its size averaged over the expected clients
+    of every type (static)."""
+    del uploads, weights, aux
+    sizes = [api.count_params(t) for t in server["types"]]
     sampled = [rt.expected_sampled(g) for g in range(G)]
     per_client = float(np.dot(sizes, sampled) / sum(sampled))
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=per_client,
-                                 downlink=per_client)
-    metrics.update(moss_metrics, public_overlap=overlap)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=server), metrics
+    return per_client, per_client
 
-  return from_protocol(rt, proto, round_fn)
+  proto = api.Protocol(
+      count_rounds, init_server, lambda server, g: server["types"][g],
+      local_update(rt, nets, opt), server_aggregate, predict,
+      server_data=public_set, trained_payload=api.own_upload,
+      communication=communication)
+  return rounds.from_protocol(rt, proto)
 
 
 def type_average(uploads, weights: jax.Array, previous):
@@ -313,11 +310,9 @@ def check_public(config) -> None:
         f"--config.data.public={size}); with less it would use clients' test images")
 
 
-SPEC = base.Spec(
-    lambda c, rt: moss(rt, **base.sgd_args(c), **c.algo),
-    dict(proxy_arch="auto", aggregation="file", mapping="wire", public_size=500,
-         public_batch=50, wire_steps=10, wire_lr=0.01, meta_lr=1e-3, beta=0.5,
-         wire_layers="conv1,conv2,rep", public_domain="held_out", wire_clip=0.0),
+SPEC = api.Spec(
+    lambda c, rt: moss(rt, **api.sgd_args(c), **c.algo),
+    api.hparams_of(moss),
     choices=dict(proxy_arch=models.ArchitectureChoices(extra=("auto",)),
                  aggregation=AGGREGATIONS, mapping=MAPPINGS,
                  public_domain=PUBLIC_DOMAINS),

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
+from fedjax_het.algorithms.api import dummy_input
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
-from fedjax_het.algorithms.shared import dummy_input
 from fedjax_het.algorithms.shared import weighted_average
 from fedjax_het.data.sources import IMAGE_SHAPE
 
@@ -59,7 +59,7 @@ class MutualNets:
     return (logits_l, feats_l["rep"]), (logits_g, feats_g["rep"])
 
 
-def make_nets(rt: base.Runtime, *, small_arch: str, rep_dim: int) -> list[MutualNets]:
+def make_nets(rt: api.Runtime, *, small_arch: str, rep_dim: int) -> list[MutualNets]:
   """One ``MutualNets`` per architecture group."""
   return [MutualNets(arch, small_arch=small_arch, rep_dim=rep_dim,
                      num_classes=rt.layout.num_classes, dtype=rt.compute_dtype,
@@ -100,7 +100,7 @@ def kl_divergence(target_logits: jax.Array, logits: jax.Array, mask: jax.Array,
 def mutual_protocol(nets: list, opt, client_update: Callable, *,
                     server_aggregate: Callable | None = None, predict: Callable | None = None,
                     init_params: Callable | None = None, model_state=None,
-                    trained_payload: Callable | None = None) -> base.Protocol:
+                    trained_payload: Callable | None = None) -> api.Protocol:
   """The protocol of FML, FedKD and FedAPEN: a private model beside a shared one, theta.
 
   Server state and downlink: theta, the shared model's params (initialised like a
@@ -119,17 +119,17 @@ def mutual_protocol(nets: list, opt, client_update: Callable, *,
 
   def init_client(g, key):
     params = init_params(g, key)
-    return base.ClientState(params, model_state, opt.init(params))
+    return api.ClientState(params, model_state, opt.init(params))
 
   def init_server(rng):
     return nets[0].init(jax.random.fold_in(rng, 1 << 20))["global"]
 
-  return base.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
+  return api.Protocol(init_client, init_server, lambda theta, g: theta, client_update,
                        server_aggregate or average, predict or private_predict(nets),
                        trained_payload=trained_payload)
 
 
-def download(client: base.ClientState, theta) -> dict:
+def download(client: api.ClientState, theta) -> dict:
   """The client's params with the shared model replaced by the server's theta."""
   return dict(client.params, **{"global": theta})
 

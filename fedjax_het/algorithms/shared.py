@@ -1,29 +1,25 @@
-"""What several algorithms are built from: models, loss, weighted average, round, Algorithm.
+"""What several algorithms are built from: models, loss, weighted average, FedAvg's client.
 
 The algorithm modules (``fedavg.py``, ``fedmrl.py``, ...) do not import each other; the
 pieces more than one of them uses live here (``class_tables.py``: FedProto's and FD's
 per-class tables; ``mutual.py``: the shared-beside-private protocol of FML, FedKD and
-FedAPEN). ``base.py`` holds the framework's types.
+FedAPEN). ``api.py`` holds the contract, ``rounds.py`` the machinery.
 
 - ``LOCAL_REP_DIM``: d2 = 500, the representation width of the clients' CNN-1..5.
-- ``init_models``, ``dummy_input``, ``classifier_loss``, ``private_client_init``: a
+- ``init_models``, ``classifier_loss``, ``private_client_init``: a
   client's private CNN and its cross-entropy.
 - ``weighted_average``: theta <- sum_k n_k theta_k / sum_k n_k over every group's uploads
   (FedAvg's, FedMRL's Eq. 4, pFedMoE's Eq. 6, LG-FedAvg's header, FML's meme, ...).
 - ``count_rounds``, ``local_update``: FedAvg's client (also Moss's within-type FedAvg).
-- ``average_round``: the round of a protocol whose server state is one averaged model.
-- ``from_protocol``: an ``Algorithm`` from its protocol and round.
 """
 from __future__ import annotations
-
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from fedjax_het import clients as cl
 from fedjax_het import models
-from fedjax_het.algorithms import base
+from fedjax_het.algorithms import api
 from fedjax_het.data.sources import IMAGE_SHAPE
 
 LOCAL_REP_DIM = 500  # d2: width of the CNN-1..5 representations
@@ -38,22 +34,17 @@ def classifier_loss(model):
   return loss_fn
 
 
-def init_models(rt: base.Runtime, *, num_classes: int):
+def init_models(rt: api.Runtime, *, num_classes: int):
   """One ``models.CNN`` per group, in the runtime's compute dtype."""
   return [models.get_model(arch, num_classes=num_classes, dtype=rt.compute_dtype)
           for arch in rt.layout.archs]
 
 
-def dummy_input(image_shape: tuple[int, ...] = IMAGE_SHAPE):
-  """A one-image batch float32 [1, H, W, C] for ``Module.init`` (``Runtime.dummy_input``)."""
-  return jnp.zeros((1,) + tuple(image_shape), jnp.float32)
-
-
 def private_client_init(nets, opt, image_shape: tuple[int, ...] = IMAGE_SHAPE):
   """``Protocol.init_client`` of a private CNN: its own params and optimizer state."""
   def init_client(g, key):
-    params = nets[g].init(key, dummy_input(image_shape))["params"]
-    return base.ClientState(params, None, opt.init(params))
+    params = nets[g].init(key, api.dummy_input(image_shape))["params"]
+    return api.ClientState(params, None, opt.init(params))
   return init_client
 
 
@@ -81,7 +72,7 @@ def count_rounds(g, key):
   return jnp.zeros((), jnp.int32)
 
 
-def local_update(rt: base.Runtime, nets, opt):
+def local_update(rt: api.Runtime, nets, opt):
   """``Protocol.client_update`` of FedAvg (also Moss's within-type FedAvg).
 
   The client starts from the downloaded model w with a fresh optimizer state, runs E
@@ -92,37 +83,3 @@ def local_update(rt: base.Runtime, nets, opt):
                        data.y, idx, mask, key, **rt.train_options())
     return rounds_taken + 1, r.params, {"loss": r.loss}
   return client_update
-
-
-def average_round(rt: base.Runtime, proto: base.Protocol):
-  """``Algorithm.round`` of a protocol whose server state is one averaged model.
-
-  The round of FedAvg and of the shared parts of FedMRL, FedMoE, LG-FedAvg, FML and
-  FedAPEN (and of Standalone, whose server holds nothing): every sampled client
-  downloads the server's model (or shared part), trains, sends its copy back, and
-  ``proto.aggregate`` averages them. Both links carry that model whole.
-  """
-  def round_fn(state, data):
-    results = base.train_protocol_groups(rt, proto, state, data)
-    server, _ = base.aggregate_groups(proto, state, results)
-    size = base.count_params(state.server)
-    metrics = base.round_metrics(results, lambda o: o[1]["loss"], uplink=size,
-                                 downlink=size)
-    return state.replace(round=state.round + 1, clients=tuple(r.clients for r in results),
-                         server=server), metrics
-  return round_fn
-
-
-def from_protocol(rt: base.Runtime, proto: base.Protocol,
-                  round_fn: Callable | None = None) -> base.Algorithm:
-  """``Algorithm(init, round, evaluate, proto)`` of a protocol.
-
-  Args:
-    rt: the runtime.
-    proto: the algorithm's protocol; ``init`` and ``evaluate`` come from it
-      (``base.protocol_init``, ``base.protocol_evaluate``).
-    round_fn: ``Algorithm.round``; None: ``average_round(rt, proto)``.
-  """
-  return base.Algorithm(base.protocol_init(rt, proto),
-                        round_fn if round_fn is not None else average_round(rt, proto),
-                        base.protocol_evaluate(rt, proto), proto)

@@ -10,6 +10,12 @@ anyway (corrupted files) is skipped with a warning, moved aside to
 ``<directory>.corrupted/`` (so the resumed run can write that step again), and the one
 before it is used.
 
+The metadata records the state's layout (``packing.layout_of``: client groups packed
+or as trees); a restore reads the step in the layout its record names, converting it
+where the reader was given a way (``restore_latest``'s ``readers``), and refuses a
+layout it does not know in one line. A step written before the layout was recorded is
+read in the layout its stored tree shows (``packing.stored_layout``).
+
 Multi-process runs: every process calls ``save`` and ``restore_latest`` (orbax
 coordinates the processes and each writes its own shards into the shared directory).
 """
@@ -22,14 +28,20 @@ import shutil
 from typing import Any
 
 import orbax.checkpoint as ocp
+from etils import epath
 
 from fedjax_het import distributed
+from fedjax_het import packing
 
 PyTree = Any
 
 
 class ConfigMismatchError(ValueError):
   """The checkpoint directory belongs to a run with a different configuration."""
+
+
+class UnknownLayoutError(ValueError):
+  """A checkpoint step records a state layout this version cannot read."""
 
 
 class DiskFull(OSError):
@@ -100,7 +112,7 @@ class Checkpointer:
         when the disk filled up during the write, whose half-written step is then
         removed. The message names the newest complete step, which is kept.
     """
-    meta = dict(meta, fingerprint=self.fingerprint)
+    meta = dict(meta, fingerprint=self.fingerprint, layout=packing.layout_of(state))
     directory = os.fspath(self.manager.directory)
     steps = self.steps()
     if steps:
@@ -138,7 +150,7 @@ class Checkpointer:
     return (f"checkpoint of round {step} not written to "
             f"{os.fspath(self.manager.directory)}: {why}; {kept}")
 
-  def restore_latest(self, abstract_state: PyTree, legacy: tuple | None = None
+  def restore_latest(self, abstract_state: PyTree, readers: dict | None = None
                      ) -> tuple[PyTree, dict] | None:
     """The newest readable step as ``(state, meta)``, or None when there is none.
 
@@ -147,11 +159,17 @@ class Checkpointer:
 
     Args:
       abstract_state: ``jax.ShapeDtypeStruct`` tree (with shardings) to restore into.
-      legacy: optional ``(abstract, convert, note)``: an older layout of the state that a
-        step which does not restore into ``abstract_state`` is tried in, ``convert``
-        turning what it restores into the current layout; ``note`` is logged when it
-        is used (checkpoints written before client states were packed).
+      readers: ``{layout: (abstract, convert, note)}`` for steps recorded in another
+        layout than ``abstract_state``'s: restored into ``abstract``, turned into the
+        current layout by ``convert``, ``note`` logged (``program.readers``: steps
+        written before client states were packed).
+
+    Raises:
+      UnknownLayoutError: the newest step's recorded layout is neither
+        ``abstract_state``'s nor one of ``readers``.
     """
+    current = packing.layout_of(abstract_state)
+    readers = dict(readers or {}, **{current: (abstract_state, None, None)})
     for step in reversed(self.steps()):
       meta = self._restore_or_skip(step, "unreadable", "meta", ocp.args.JsonRestore())
       if meta is None:
@@ -162,35 +180,41 @@ class Checkpointer:
             f"checkpoint step {step} in {self.manager.directory} was written by a run with "
             f"a different config; differing keys: {diff}. Use another --workdir or set "
             "--fresh_start to discard it.")
-      layouts = [(abstract_state, None, None)] + ([legacy] if legacy else [])
-      state = self._restore_or_skip(step, "corrupted", "state", [
-          (ocp.args.StandardRestore(a), convert, note) for a, convert, note in layouts])
+      layout = meta.get("layout") or self._stored_layout(step)
+      if layout not in readers:
+        raise UnknownLayoutError(
+            f"checkpoint step {step} in {self.manager.directory} holds a state of layout "
+            f"{layout!r}, which this version cannot read (it reads {sorted(readers)}); "
+            "resume it with the version that wrote it, or set --fresh_start")
+      abstract, convert, note = readers[layout]
+      state = self._restore_or_skip(step, "corrupted", "state",
+                                    ocp.args.StandardRestore(abstract))
       if state is not None:
+        if convert is not None:
+          logging.warning("checkpoint step %d: %s", step, note)
+          state = convert(state)
         return state, meta
     return None
 
-  def _restore_or_skip(self, step: int, what: str, name: str, arg) -> PyTree | None:
-    """Item ``name`` of ``step``, or None (the step quarantined) if a process can't read it.
+  def _stored_layout(self, step: int) -> str:
+    """The layout of a step written before ``save`` recorded it, from its stored tree."""
+    path = os.path.join(os.fspath(self.manager.directory), str(step), "state")
+    try:
+      tree = ocp.StandardCheckpointHandler().metadata(epath.Path(path)).tree
+    except Exception:  # noqa: BLE001 - unreadable metadata: the restore will say so
+      return packing.PACKED_LAYOUT
+    return packing.stored_layout(tree.get("clients") if isinstance(tree, dict) else None)
 
-    ``arg``: the orbax restore args, or a list of ``(args, convert, note)`` tried in
-    turn (``restore_latest``'s layouts): the first that restores is converted.
+  def _restore_or_skip(self, step: int, what: str, name: str, args) -> PyTree | None:
+    """Item ``name`` of ``step``, or None (the step quarantined) if a process can't read it.
     """
-    tries = arg if isinstance(arg, list) else [(arg, None, None)]
-    item, ok, errors = None, False, []
-    for args, convert, note in tries:
-      try:
-        item = self.manager.restore(step, args=ocp.args.Composite(**{name: args}))[name]
-      except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
-        errors.append(err)
-        continue
-      if convert is not None:
-        logging.warning("checkpoint step %d: %s", step, note)
-        item = convert(item)
+    item, ok = None, False
+    try:
+      item = self.manager.restore(step, args=ocp.args.Composite(**{name: args}))[name]
       ok = True
-      break
-    if not ok:
+    except Exception as err:  # noqa: BLE001 - any unreadable step is skipped
       logging.warning("checkpoint step %d is %s (%s); trying the previous one", step, what,
-                      errors[0])
+                      err)
     if distributed.all_true(ok):
       return item
     self.quarantine(step)

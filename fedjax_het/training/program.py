@@ -157,15 +157,16 @@ LEGACY_NOTE = ("written before client states were packed (one buffer per dtype, 
                "fedjax_het.packing): restored as trees and packed")
 
 
-def legacy_layout(abstract: State) -> tuple | None:
-  """``Checkpointer.restore_latest``'s ``legacy`` for a state with packed client groups.
+def readers(abstract: State) -> dict:
+  """``Checkpointer.restore_latest``'s ``readers`` for a state with packed client groups:
+  ``{packing.TREE_LAYOUT: (abstract, convert, note)}``, or {} when nothing is packed.
 
   A checkpoint written before the packing holds each group's client state as a tree of
   stacked leaves: it restores into the abstract trees ``packing.unpack_abstract`` gives
-  (same shardings), and is packed on the device after. None when nothing is packed.
+  (same shardings), and is packed on the device after.
   """
   if not any(packing.is_packed(c) for c in abstract.clients):
-    return None
+    return {}
   trees = tuple(packing.unpack_abstract(c) if packing.is_packed(c) else c
                 for c in abstract.clients)
   shards = tuple(jax.tree.map(lambda a: a.sharding, c) for c in abstract.clients)
@@ -177,7 +178,7 @@ def legacy_layout(abstract: State) -> tuple | None:
       lead = len(target.buffers[target.spec.dtypes[0]].shape) - 1
       return jax.jit(lambda t: packing.pack(t, lead), out_shardings=shard)(tree)
     return state.replace(clients=tuple(map(one, state.clients, abstract.clients, shards)))
-  return abstract.replace(clients=trees), convert, LEGACY_NOTE
+  return {packing.TREE_LAYOUT: (abstract.replace(clients=trees), convert, LEGACY_NOTE)}
 
 
 def client_accuracies(counts) -> tuple:
@@ -269,9 +270,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
 
   def dispatch_rounds(state, data, n):
     # compiled ahead of its first run, and the heap the compiler freed given back
-    # (host_memory) before the rounds allocate theirs: the CPU quickstart's peak
-    # resident memory 1.44 -> 1.07 GiB (docs/performance.md, "Program size and
-    # compile cost")
+    # (host_memory) before the rounds allocate theirs: a lower peak resident memory
+    # (docs/performance.md, "Program size and compile cost")
     key = argument_types((state, data))
     if key not in compiled:
       compiled[key] = dispatch.lower(state, data, n, schedule).compile()
@@ -295,7 +295,7 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
 
   ``parallelism`` as ``runtime.client_parallelism`` (``clients.resolve_parallelism``):
   ``vmap`` batches the replicas into one computation (accelerators: small runs fill the
-  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran 2x slower than
+  device); ``sequential`` (XLA:CPU's 'auto', where a vmapped conv net ran slower than
   a loop) runs them one after the other inside the one program, so S seeds still
   compile, load their data and dispatch once. Where ``fn`` returns ``(new state, rest)``
   (a round) each replica's new state overwrites its slot of the stacked state in place
@@ -331,8 +331,8 @@ def map_replicas(fn: Callable, data_axes, parallelism: str) -> Callable:
       return jax.lax.map(lambda args: one(*args), (state, stacked))
     # (state, rest): each replica's new state overwrites its slot of the stacked state,
     # which XLA updates in place; a lax.map would allocate a second stacked state for
-    # its outputs every call (an N = 100 FedMRL pair's dispatch: 7.64 GiB of temporaries
-    # against 2.91 GiB, and the page faults of fresh buffers every round)
+    # its outputs every call (more than twice the temporaries, and the page faults of
+    # fresh buffers every round; docs/performance.md)
     num = jax.tree.leaves(state)[0].shape[0]
     rest = jax.tree.map(lambda a: jnp.zeros((num,) + a.shape, a.dtype), out[1])
 
@@ -359,8 +359,8 @@ def finite_groups(state: State) -> jax.Array:
   A leaf is finite when ``sum(x * 0)`` is: a NaN or an infinity makes the product, and
   so the sum, NaN (XLA keeps ``x * 0`` for floats). It is one fused reduction over the
   leaf. ``all(isfinite(x))`` made XLA:CPU allocate a bool array the size of each packed
-  group buffer: 474 MB of the P1 FedMoE dispatch's 516 MB of temporaries
-  (docs/performance.md, "Program size and compile cost").
+  group buffer, most of a dispatch's temporaries (docs/performance.md, "Program size and
+  compile cost").
   """
   def finite(tree):
     leaves = [jnp.isfinite(jnp.sum(x * 0)) for x in jax.tree.leaves(tree)

@@ -118,7 +118,7 @@ class RunFiles:
     self.ckpt = ckpt_lib.Checkpointer(
         os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints,
         fingerprint=fingerprint(exp), defaults=validation.flat_defaults(config.algorithm))
-    restored = self.ckpt.restore_latest(abstract, legacy=program_lib.legacy_layout(abstract))
+    restored = self.ckpt.restore_latest(abstract, readers=program_lib.readers(abstract))
     if restored is None:
       self.state = init(jax.random.PRNGKey(config.seed))
       meta = {"uplink_params": 0.0, "downlink_params": 0.0, "wall_s": 0.0}
