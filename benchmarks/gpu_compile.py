@@ -379,6 +379,27 @@ def measure(runs, target: str, parallelisms, seeds: int, log=print, out=None,
   return records
 
 
+def summary(records: list[dict]) -> str:
+  """A markdown table of ``--out`` records by run file, jax and seeds: the programs, how many
+  were compiled (the others the same module as one before), and its largest compile in
+  XLA CPU seconds (with that program's ptxas CPU seconds)."""
+  groups: dict = {}
+  for r in records:
+    key = (r["program"].split(" ")[0], r.get("jax", "?"), r["seeds"])
+    groups.setdefault(key, []).append(r)
+  rows = ["| runs of | jax | seeds | programs | compiled | largest: XLA CPU-s + ptxas | "
+          "program |", "|---|---|---:|---:|---:|---|---|"]
+  for (path, version, seeds), rs in groups.items():
+    compiled = [r for r in rs if "compile_s" in r]
+    top = max(compiled, key=lambda r: r["xla_cpu_s"], default=None)
+    largest = (f"{top['xla_cpu_s']:.1f} + {top['ptxas_cpu_s']:.1f}"
+               + (" (no executable)" if "error" in top else "")) if top else "-"
+    name = top["program"].split(" ", 1)[1] if top else "-"
+    rows.append(f"| {path} | {version} | {seeds} | {len(rs)} | {len(compiled)} | {largest} | "
+                f"{name} |")
+  return "\n".join(rows)
+
+
 def table(records: list[dict]) -> str:
   """A markdown table of ``--out`` records, one row per compiled program (programs that
   were the same module as an earlier one are counted in its row's last column)."""
@@ -431,7 +452,8 @@ def main(argv=None):
   args = p.parse_args(argv)
   if args.table:
     with open(args.table) as f:
-      print(table([json.loads(line) for line in f]))
+      records = [json.loads(line) for line in f]
+    print(summary(records) + "\n\n" + table(records))
     return
   try:
     if args.seeds < 1:

@@ -64,8 +64,11 @@ def test_hparams_of_reads_keyword_defaults_without_the_shared_keys():
 def test_the_spec_says_whether_the_algorithm_averages():
   averaging = {n for n, s in algorithms.SPECS.items() if s.averages}
   assert averaging == {"fedavg", "fedmrl", "fedmoe", "lg_fedavg", "fml", "fedapen"}
-  # the deployment's list until it reads the Spec (``algorithms.averages``)
-  assert averaging == set(robust.AVERAGING)
+  # the deployment reads the Spec (``algorithms.averages``)
+  assert robust.averaging_algorithms() == sorted(averaging)
+  robust.check_rule("median", "examples.fedprox:SPEC")
+  with pytest.raises(ValueError, match="'fd' takes only 'mean'"):
+    robust.check_rule("median", "fd")
   assert all(algorithms.averages(n) == (n in averaging) for n in algorithms.SPECS)
   # a plug-in algorithm by reference: FedProx averages, as FedAvg does
   assert algorithms.averages("examples.fedprox:SPEC")

@@ -197,3 +197,20 @@ def test_a_compile_that_raises_is_reported_with_its_timers_and_the_sweep_goes_on
   assert "| no executable |" in gpu_compile.table([dict(bad.record, seeds=1)])
   good = gpu_compile.stage("good", jax.jit(lambda a: a * 3), (x,), seen, None, 3, options={})
   assert "error" not in good.record and good.record["fusions"] >= 0
+
+
+def test_the_summary_has_a_row_per_run_file_and_jax_with_its_largest_compile():
+  def r(program, jax_version, xla=None, **extra):
+    out = {"program": program, "seeds": 1, "jax": jax_version, **extra}
+    if xla is not None:
+      out.update(compile_s=1.0, xla_cpu_s=xla, ptxas_cpu_s=xla / 10)
+    return out
+  rows = gpu_compile.summary([
+      r("a.py x [s] vmap init", "0.10.2", 2.0), r("a.py x [s] vmap dispatch", "0.10.2", 30.0),
+      r("a.py y [s] vmap init", "0.10.2", same_as="a.py x [s] vmap init"),
+      r("a.py x [s] vmap dispatch", "0.11.2", 20.0, error="JaxRuntimeError: ..."),
+      r("b.py z [s] vmap init", "0.10.2", same_as="a.py x [s] vmap init")]).splitlines()[2:]
+  assert rows == [
+      "| a.py | 0.10.2 | 1 | 3 | 2 | 30.0 + 3.0 | x [s] vmap dispatch |",
+      "| a.py | 0.11.2 | 1 | 1 | 1 | 20.0 + 2.0 (no executable) | x [s] vmap dispatch |",
+      "| b.py | 0.10.2 | 1 | 1 | 0 | - | - |"]

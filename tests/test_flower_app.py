@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fedjax_het.deploy import federation as fed_lib
+from fedjax_het.deploy import robust
 
 flower = pytest.importorskip("fedjax_het.deploy.flower")
 from fake_grid import run_deployed  # noqa: E402
@@ -450,6 +451,26 @@ def test_a_trimmed_mean_that_trims_nothing_is_refused_at_start(deployed):
   with pytest.raises(ValueError, match=r"trim-fraction 0.1 trims nothing from a round of "
                      r"4 uploads"):
     deployed(aggregation="trimmed-mean")
+
+
+def test_a_plug_in_that_averages_gets_robust_aggregation(deployed, tiny_config,
+                                                         monkeypatch):
+  """examples/fedprox.py's Spec says it averages: its deployment takes the median rule and
+  aggregates the round's uploads by it (``robust.robust_uploads``), where FD is refused."""
+  calls = []
+  robust_uploads = robust.robust_uploads
+
+  def recorded(uploads, aggregation, *args, **kwargs):
+    calls.append((sorted(uploads), aggregation))
+    return robust_uploads(uploads, aggregation, *args, **kwargs)
+  monkeypatch.setattr(robust, "robust_uploads", recorded)
+  c = tiny_config("fedavg", "tiny", {"num_clients": 3, "num_rounds": 1})
+  c.algorithm = "examples.fedprox:SPEC"
+  c.runtime.num_devices = 1
+  server, _, logs = deployed(config=c, aggregation="median", min_fit_clients=3)
+  assert "round 1: aggregated 3 uploads (0 failed)" in "\n".join(logs)
+  assert calls == [([0, 1, 2], "median")]
+  assert all(np.all(np.isfinite(a)) for a in fed_lib.encode(server.node.state.server))
 
 
 def test_a_robust_rule_is_refused_where_the_server_does_not_average(deployed, tiny_config):

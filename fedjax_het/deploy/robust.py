@@ -27,7 +27,7 @@ defaults bound what one hostile client can do with nothing to tune:
   ``aggregation=mean``; the run's first lines say so (``unbounded_warning``).
 - **Robust aggregation** (``aggregation`` ``mean``, ``median`` or ``trimmed-mean``,
   ``trim-fraction`` f): for the algorithms whose server averages one parameter set
-  over every client (``AVERAGING``), the coordinate-wise median, or the mean of each
+  over every client (``Spec.averages``), the coordinate-wise median, or the mean of each
   coordinate without its k smallest and largest values, of all the uploads replaces
   every upload before the algorithm's own ``aggregate`` runs: a weighted mean of equal
   rows is that row, so the server's state becomes the robust statistic (unweighted:
@@ -51,19 +51,24 @@ import numpy as np
 
 AGGREGATIONS = ("mean", "median", "trimmed-mean")
 NORM_ACTIONS = ("reject", "clip")
-# the algorithms whose Protocol.aggregate is the (weighted) average of one parameter
-# set uploaded alike by every group (shared.weighted_average, cl.weighted_mean)
-AVERAGING = frozenset({"fedavg", "fedmrl", "fedmoe", "lg_fedavg", "fml", "fedapen"})
+def averaging_algorithms() -> list[str]:
+  """The built-in algorithms whose ``Spec.averages`` is true: their ``Protocol.aggregate``
+  is the (weighted) average of one parameter set uploaded alike by every group."""
+  from fedjax_het import algorithms  # noqa: PLC0415 - the checks below need no jax
+  return sorted(name for name, spec in algorithms.SPECS.items() if spec.averages)
 
 
 def check_rule(aggregation: str, algorithm: str) -> None:
-  """Raises ValueError unless ``aggregation`` applies to ``algorithm``."""
+  """Raises ValueError unless ``aggregation`` applies to ``algorithm``: 'mean' to every
+  algorithm, the robust rules to those whose ``Spec.averages`` says so (built-in,
+  registered or referenced as ``module:attribute``, as ``config.algorithm``)."""
+  from fedjax_het import algorithms  # noqa: PLC0415
   if aggregation not in AGGREGATIONS:
     raise ValueError(f"aggregation={aggregation!r}; valid: {list(AGGREGATIONS)}")
-  if aggregation != "mean" and algorithm not in AVERAGING:
+  if aggregation != "mean" and not algorithms.averages(algorithm):
     raise ValueError(f"aggregation={aggregation!r} applies to the algorithms whose server "
-                     f"averages parameters, {sorted(AVERAGING)}; {algorithm!r} takes "
-                     "only 'mean'")
+                     f"averages parameters (Spec.averages: {averaging_algorithms()} built "
+                     f"in); {algorithm!r} takes only 'mean'")
 
 
 def upload_norm(arrays: Sequence[np.ndarray]) -> float:
@@ -337,7 +342,7 @@ def robust_mean(rows: Sequence[np.ndarray], aggregation: str,
 def robust_uploads(uploads: dict[int, list[np.ndarray]], aggregation: str,
                    trim_fraction: float = 0.0) -> dict[int, list[np.ndarray]]:
   """Every upload replaced by the coordinate-wise robust statistic of all of them (for
-  ``AVERAGING`` algorithms: their weighted mean of equal rows is that statistic);
+  averaging algorithms (``Spec.averages``): their weighted mean of equal rows is that statistic);
   ``mean`` returns them unchanged."""
   if aggregation == "mean" or not uploads:
     return uploads

@@ -82,7 +82,7 @@ class ServerSettings:
     upload_norm_action: ``clip`` (default: scaled down to the bound, the client named
       in the log) or ``reject`` (the client's failure for the round).
     aggregation: ``mean`` (the algorithm's own), ``median`` or ``trimmed-mean``
-      (coordinate-wise, for the algorithms of ``robust.AVERAGING``).
+      (coordinate-wise, for the algorithms whose ``Spec.averages`` is true).
     trim_fraction: the fraction cut at each end by ``trimmed-mean``, in [0, 0.5):
       ``floor(f n)`` of n uploads, at least 1 with 3 or more (``robust.trim_count``); a
       run whose ``floor(f n)`` is 0 for its full draw is refused at start.
