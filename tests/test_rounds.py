@@ -142,17 +142,24 @@ def test_map_group_sees_each_client_as_its_tree(tiny_config):
   np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
 
 
-def test_a_batched_witness_is_refused_at_trace_time():
+def test_a_batched_witness_runs_the_group_without_a_conditional():
   def step(x):
     return x * 2.0
 
   def grouped(x, witness):
     return rounds.own_computation(step, (x,), witness)
+
+  def primitives(fn, *args):
+    return {str(e.primitive) for e in jax.make_jaxpr(fn)(*args).jaxpr.eqns}
   x = jnp.ones((3, 2))
   # the state mapped, the witness shared: a conditional per replica, as run_seeds does
-  np.testing.assert_array_equal(jax.vmap(grouped, in_axes=(0, None))(x, jnp.int32(1)),
-                                2 * np.ones((3, 2)))
-  with pytest.raises(ValueError, match="witness is batched by a vmap"):
-    jax.vmap(grouped)(x, jnp.arange(3))
-  with pytest.raises(ValueError, match="witness is batched by a vmap"):
-    jax.jit(jax.vmap(grouped))(x, jnp.arange(3))
+  shared = jax.vmap(grouped, in_axes=(0, None))
+  np.testing.assert_array_equal(shared(x, jnp.int32(1)), 2 * np.ones((3, 2)))
+  assert "cond" in primitives(shared, x, jnp.int32(1))
+  assert not rounds.batched(jnp.int32(1))
+  # a witness of each replica's own (pools of their own): no select of both branches
+  own = jax.vmap(grouped)
+  np.testing.assert_array_equal(own(x, jnp.arange(3)), 2 * np.ones((3, 2)))
+  np.testing.assert_array_equal(jax.jit(own)(x, jnp.arange(3)), 2 * np.ones((3, 2)))
+  assert "cond" not in primitives(own, x, jnp.arange(3))
+  assert "select_n" not in primitives(own, x, jnp.arange(3))

@@ -15,7 +15,7 @@ What lies below them, and the rules it keeps:
 - a group's clients: ``train_group`` trains them in place one after another on one
   device, or gathers, maps and scatters them (``Runtime.in_place``);
 - each group's work is a computation of its own (``own_computation``), a conditional
-  whose predicate reads ``group_witness``, which must not be batched by a ``vmap``;
+  whose predicate reads ``group_witness`` (batched by a ``vmap``: no conditional);
 - client state is packed (``packing.Packed``) by ``init_clients`` and unpacked for one
   client inside its own step (``packing.on_client``).
 """
@@ -140,15 +140,19 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   copy each group's state into the conditional's output buffer on every round instead of
   updating it in place (the temporaries it costs: the same section).
 
-  ``witness`` must not be batched by a ``vmap`` (a batched predicate turns the
-  conditional into a select of both branches): the pooled labels are shared by the
-  replicas of ``loop.run_seeds``; ``check_unbatched`` refuses a batched one at trace time.
+  A ``witness`` batched by a ``vmap`` (``batched``: the replicas of ``loop.run_seeds``
+  with pools of their own, where a sweep holds out each seed's public set) would turn the
+  conditional into a select that runs both branches; ``fn`` is then called as it is, with
+  no conditional (the same values; its work is fused with the caller's). Where the
+  replicas share the pool the witness is not batched and each replica keeps its
+  conditional.
 
   ``fn`` is traced once: its output shapes and the branch share jit's trace of it
   (``jax.jit(fn, inline=True)``, inlined into the branch as if ``fn`` were called).
   """
-  check_unbatched(witness)
   fn = jax.jit(fn, inline=True)
+  if batched(witness):
+    return fn(*operands)
   shapes = jax.eval_shape(fn, *operands)
 
   def never(*args):
@@ -156,17 +160,12 @@ def own_computation(fn: Callable, operands, witness: jax.Array):
   return jax.lax.cond(witness >= 0, fn, never, *operands)
 
 
-def check_unbatched(witness) -> None:
-  """Raises ValueError when ``own_computation``'s ``witness`` is batched by a ``vmap``.
-
-  A batched predicate makes JAX turn the conditional into a select that runs both
-  branches: the program would still be right, but every group's work would run twice
-  and be fused with the rest again, which is what the conditional is there to prevent.
-  """
-  if isinstance(witness, jax.core.Tracer) and type(witness).__name__ == "BatchTracer":
-    raise ValueError("own_computation: its witness is batched by a vmap, which turns the "
-                     "conditional into a select of both branches; vmap over the state "
-                     "and leave the pooled data unbatched (in_axes=None)")
+def batched(witness) -> bool:
+  """Whether ``witness`` is batched by an enclosing ``vmap`` (a batch tracer with a
+  mapped axis): a conditional on it would be a select of both branches."""
+  dim = getattr(witness, "batch_dim", None)
+  return (isinstance(witness, jax.core.Tracer) and type(witness).__name__ == "BatchTracer"
+          and dim is not None and not (type(dim).__name__ == "NotMapped"))
 
 
 def stand_ins(shapes, operands):
