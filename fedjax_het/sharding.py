@@ -18,17 +18,21 @@ from jax.sharding import PartitionSpec as P
 CLIENT_AXIS = "clients"
 
 
-def client_mesh(num_devices: int = 0) -> jax.sharding.Mesh:
-  """A 1-D mesh over ``num_devices`` devices (0: all of them, of every process)."""
-  available = jax.device_count()
-  n = available if num_devices in (0, None) else num_devices
-  if not 1 <= n <= available:
+def client_mesh(num_devices: int = 0, devices: list | None = None) -> jax.sharding.Mesh:
+  """A 1-D mesh over ``num_devices`` devices (0: all of them, of every process).
+
+  ``devices``: the devices to take them from, in order, instead of jax's (a deviceless
+  compile's, ``training.deviceless``).
+  """
+  every = jax.devices() if devices is None else list(devices)
+  n = len(every) if num_devices in (0, None) else num_devices
+  if not 1 <= n <= len(every):
     raise ValueError(
-        f"runtime.num_devices={num_devices}: must be 0 (all) or in [1, {available}]"
-        f" (devices: {jax.devices()})")
+        f"runtime.num_devices={num_devices}: must be 0 (all) or in [1, {len(every)}]"
+        f" (devices: {every})")
   return jax.make_mesh((n,), (CLIENT_AXIS,),
                        axis_types=(jax.sharding.AxisType.Auto,),
-                       devices=mesh_devices(n))
+                       devices=mesh_devices(n) if devices is None else every[:n])
 
 
 def mesh_devices(n: int) -> list:

@@ -41,6 +41,13 @@ def _xla_flags(xla_flags: str | None) -> str:
   return os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
 
 
+def unset_by_flags(options: dict, xla_flags: str | None = None) -> dict:
+  """``options`` but those ``XLA_FLAGS`` (default: the environment's) set themselves
+  (``--<name>``): the user's setting is kept."""
+  flags = _xla_flags(xla_flags)
+  return {k: v for k, v in options.items() if f"--{k}" not in flags}
+
+
 def init_level(environ=None) -> int | None:
   """The CPU init level ``FEDJAX_HET_INIT_LEVEL`` names (0 to 3), or None where it is unset.
 
@@ -123,9 +130,7 @@ def dispatch_compiler_options(platform: str, xla_flags: str | None = None) -> di
   """
   if platform != "gpu":
     return None
-  flags = _xla_flags(xla_flags)
-  options = {k: v for k, v in GPU_DISPATCH_OPTIONS.items() if f"--{k}" not in flags}
-  return options or None
+  return unset_by_flags(GPU_DISPATCH_OPTIONS, xla_flags) or None
 
 
 def use_threefry_kernel(platform: str, environ=None) -> bool:

@@ -11,7 +11,8 @@ compilation"); only autotuning, which times candidate kernels, needs a device.
   with deviceless.as_gpu():                   # trace as a GPU run would
     exp = deviceless.prepare(config, deviceless.devices("h100"))
     fns = program.compile_fns(exp)
-    compiled = fns.init.trace(deviceless.abstract_key(exp)).lower().compile()
+    key = deviceless.abstract_value(jax.random.PRNGKey(0), exp.runtime.mesh)
+    compiled = fns.init.trace(key).lower().compile()
 
 The program is the one a GPU run builds: ``as_gpu`` makes ``jax.default_backend()``
 answer 'gpu' while the run is prepared and traced, so ``client_parallelism='auto'``
@@ -30,11 +31,11 @@ from typing import Iterator
 from unittest import mock
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fedjax_het import data as data_lib
 from fedjax_het import sharding
+from fedjax_het.training import compile_options
 from fedjax_het.training import experiment
 
 # the cards a program can be compiled for: name -> XLA target description in gpu_targets/
@@ -47,8 +48,7 @@ DEVICELESS_OPTIONS = {"xla_gpu_autotune_level": 0}
 def compiler_options(xla_flags: str | None = None) -> dict:
   """What a deviceless compile adds to a program's own options: ``DEVICELESS_OPTIONS``,
   but those ``XLA_FLAGS`` (default: the environment's) set themselves."""
-  flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
-  return {k: v for k, v in DEVICELESS_OPTIONS.items() if f"--{k}" not in flags}
+  return compile_options.unset_by_flags(DEVICELESS_OPTIONS, xla_flags)
 
 
 def target_config(target: str) -> str:
@@ -123,21 +123,11 @@ def prepare(config, target_devices: list, **kwargs) -> experiment.Experiment:
   stay numpy (``place=False``): ``abstract_data`` gives the program's view of them.
   ``kwargs``: passed to ``experiment.prepare`` (``build``).
   """
-  def target_mesh(num_devices: int = 0):
-    n = len(target_devices) if num_devices in (0, None) else num_devices
-    if not 1 <= n <= len(target_devices):
-      raise ValueError(f"runtime.num_devices={num_devices}: the target has "
-                       f"{len(target_devices)} device(s)")
-    return jax.make_mesh((n,), (sharding.CLIENT_AXIS,),
-                         axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=target_devices[:n])
-  with mock.patch.object(sharding, "client_mesh", target_mesh):
-    return experiment.prepare(config, place=False, **kwargs)
+  return experiment.prepare(config, place=False, devices=target_devices, **kwargs)
 
 
 def _shaped(a, spec) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct(np.shape(a), jnp.asarray(a).dtype if not hasattr(a, "dtype")
-                              else a.dtype, sharding=spec)
+  return jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=spec)
 
 
 def abstract_data(fed: data_lib.FederatedData, mesh,

@@ -79,7 +79,7 @@ def make_runtime(config, layout, mesh, normalization=None) -> Runtime:
 
 def prepare(config: ml_collections.ConfigDict,
             build: Callable[[Any, Runtime], Algorithm] | None = None, *,
-            place: bool = True) -> Experiment:
+            place: bool = True, devices: list | None = None) -> Experiment:
   """Validates the config, loads and partitions the data, builds the algorithm.
 
   Args:
@@ -88,13 +88,15 @@ def prepare(config: ml_collections.ConfigDict,
       (``algorithms.get_spec``), for research code plugging in its own algorithm.
     place: put the data on the devices (False keeps numpy arrays: ``run_seeds`` stacks
       the data of several seeds first).
+    devices: the devices the run's mesh takes (``sharding.client_mesh``; default jax's):
+      a deviceless compile's (``training.deviceless``).
   """
   validation.validate(config)
   config = validation.with_algo_defaults(config)
   archs = tuple(models.client_archs(config.models, config.num_clients))
   pool, train, test, counts = load_clients(**config_lib.data_args(config))
   validation.check_models(config, archs, pool)
-  mesh = sharding.client_mesh(config.runtime.num_devices)
+  mesh = sharding.client_mesh(config.runtime.num_devices, devices)
   fed, layout = data_lib.build_federated_data(
       pool.x, pool.y, train, test, archs, num_classes=pool.num_classes,
       pad_clients_to=mesh.size, pad_examples_to=config.batch_size)
