@@ -29,7 +29,10 @@ from fedjax_het.data.augment import augment as augment_batch
 from fedjax_het.models.preprocess import normalize
 
 PyTree = Any
-PARALLELISM = ("auto", "vmap", "sequential")
+# 'debug' and 'debug_eager': the sampled clients one by one in Python, each jitted on its
+# own or run op by op (``rounds.debug_round``); the rest of a run as 'sequential'
+DEBUG = ("debug", "debug_eager")
+PARALLELISM = ("auto", "vmap", "sequential") + DEBUG
 
 
 class Batch(NamedTuple):
@@ -202,12 +205,21 @@ def update_clients_in_place(fn: Callable, tree: PyTree, idx: jax.Array, *args):
 
 
 def resolve_parallelism(parallelism: str) -> str:
-  """'auto' -> 'vmap' on accelerators, 'sequential' on CPU (measured faster there)."""
+  """How compiled code maps clients: 'vmap' or 'sequential'.
+
+  'auto' -> 'vmap' on accelerators, 'sequential' on CPU (measured faster there); the
+  debug modes (``DEBUG``) -> 'sequential' (what of a debug run is compiled: evaluation).
+  """
   if parallelism not in PARALLELISM:
     raise ValueError(f"runtime.client_parallelism={parallelism!r}; valid: {PARALLELISM}")
   if parallelism == "auto":
     return "sequential" if jax.default_backend() == "cpu" else "vmap"
-  return parallelism
+  return "sequential" if parallelism in DEBUG else parallelism
+
+
+def is_debug(parallelism: str) -> bool:
+  """Whether ``runtime.client_parallelism`` asks for a debug run (``rounds.debug_round``)."""
+  return parallelism in DEBUG
 
 
 def map_clients(fn: Callable, *args, parallelism: str, num_shards: int = 1):

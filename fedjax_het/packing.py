@@ -15,10 +15,12 @@ reshapes (``unpack``), which XLA fuses into the ops that read them.
 ``Packed`` is a pytree whose leaves are its buffers, keyed by dtype name
 (``clients/0/float32`` in a checkpoint), and whose static part is the
 ``PackSpec`` (tree structure, leaf shapes and dtypes, offsets): ``jax.tree.map``,
-shardings, ``jax.eval_shape``, donation and orbax see buffers. Reading an attribute of
-the state it packs (``state.clients[g].params``) unpacks it, and ``replace`` packs the
-changed tree again (``state.clients[g].replace(params=...)``), so analysis code and
-tests read and write trees as before.
+shardings, ``jax.eval_shape``, donation and orbax see buffers. ``unpack`` (the method)
+gives the stacked tree, a copy: ``state.clients[g].unpack().params``; ``replace`` packs
+a changed tree again (``state.clients[g].replace(params=...)``). A field of arrays reads
+through (``state.clients[g].step``); one that holds dicts or lists
+(``state.clients[g].params``) is refused with a ``PackedReadError`` saying both calls,
+because it would be a copy, and ``state.clients[g].params[k] = v`` would write nothing.
 """
 from __future__ import annotations
 
@@ -76,6 +78,17 @@ def pack_spec(tree: PyTree, lead: int = 1) -> PackSpec:
   return PackSpec(treedef, tuple(specs), tuple(offsets))
 
 
+class PackedReadError(TypeError):
+  """Reading a field of a packed state that holds dicts or lists (``state.clients[g].params``):
+  the value would be a copy, and a write into it lost; the message says what to call."""
+
+
+def holds_container(value) -> bool:
+  """Whether ``value`` is or holds a dict or a list (a container a write can go into)."""
+  mutable = lambda x: isinstance(x, (dict, list))  # noqa: E731
+  return any(mutable(x) for x in jax.tree.leaves(value, is_leaf=mutable))
+
+
 @jax.tree_util.register_pytree_with_keys_class
 class Packed:
   """A stacked client state as one buffer per dtype (see module docstring).
@@ -125,7 +138,14 @@ class Packed:
     # (``.params``, ``.opt_state``), read from the unpacked stacked tree
     if name.startswith("__") or name in ("buffers", "spec"):
       raise AttributeError(name)
-    return getattr(unpack(self), name)
+    value = getattr(unpack(self), name)
+    if holds_container(value):
+      # a fresh copy: an item written into it (``x.params[k] = v``) would be lost
+      raise PackedReadError(
+          f"packed client state: .{name} would be a copy of the group's buffers, so a "
+          f"write into it would be lost; read it with .unpack().{name}, write it with "
+          f".replace({name}=...)")
+    return value
 
   def __repr__(self) -> str:
     shapes = {d: tuple(getattr(b, "shape", ())) for d, b in self.buffers.items()}

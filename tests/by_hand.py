@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_het import packing
 from fedjax_het.algorithms import base
 from fedjax_het.data.federated import Layout
 
@@ -126,13 +127,13 @@ def mean_test_acc(counts):
 
 def assert_weighted_by_counts(exp, state, shared, rtol=1e-4, atol=1e-6):
   """After a round in which every client trained: the server's ``state.server`` is the
-  mean of every client's ``shared(state.clients[g])`` weighted by its train examples,
+  mean of every client's ``shared(tree of state.clients[g])`` weighted by its train examples,
   counted from the partition's tables; the counts are unequal, so a uniform mean fails."""
   rows, counts = [], []
   for g, size in enumerate(exp.runtime.layout.group_sizes):
     n = train_counts(exp.data, g)
     for j in range(size):
-      rows.append(row(shared(state.clients[g]), j))
+      rows.append(row(shared(packing.as_tree(state.clients[g])), j))
       counts.append(n[j])
   assert len(set(counts)) > 1, counts
   assert_close(state.server, weighted_mean(rows, counts), rtol=rtol, atol=atol)

@@ -254,7 +254,7 @@ def test_evaluate_shared_tests_the_shared_model(tiny_config, algorithm):
     proto = exp.algorithm.protocol
     # jitted: op by op, the first test of a worker to run these models took 20 s
     state = jax.jit(exp.algorithm.init)(jax.random.PRNGKey(0))
-    client = jax.tree.map(lambda a: a[0], state.clients[0])
+    client = jax.tree.map(lambda a: a[0], packing.as_tree(state.clients[0]))
     payload = proto.downlink(state.server, 0)
     x = jnp.ones((2, *exp.data.x.shape[1:]), jnp.float32)
     scrambled = client.replace(params=dict(

@@ -92,7 +92,7 @@ def test_torch_reference_matches_our_networks(monkeypatch):
   for algorithm in tr.ALGORITHMS:
     exp = compare.build(TINY[0], algorithm, num_devices=1)
     state = jax.eval_shape(exp.algorithm.init, jax.random.PRNGKey(0))
-    ours = state.server if algorithm == "fedavg" else state.clients[0].params
+    ours = state.server if algorithm == "fedavg" else state.clients[0].unpack().params
     ours_client = count_params(ours) // (1 if algorithm == "fedavg" else
                                          exp.runtime.layout.padded_sizes[0])
     client = tr.make_client(algorithm)

@@ -16,6 +16,7 @@ from by_hand import assert_close
 from by_hand import row
 from by_hand import train_counts
 
+from fedjax_het import packing
 from fedjax_het.algorithms import base
 from fedjax_het.training import experiment
 from fedjax_het.training import program
@@ -49,7 +50,7 @@ def trained_models(exp, state0, state1) -> list:
   clients keep nothing, so their uploads come from the round's own client work
   (``train_protocol_groups`` on the same state and keys), put back in client order."""
   if exp.config.algorithm != "fedavg":
-    return [[row(c.params["global"], j) for j in range(size)]
+    return [[row(packing.as_tree(c).params["global"], j) for j in range(size)]
             for c, size in zip(state1.clients, exp.runtime.layout.group_sizes)]
   rt, proto = exp.runtime, exp.algorithm.protocol
   (result,) = jax.jit(lambda s: base.train_protocol_groups(rt, proto, s, exp.data))(state0)

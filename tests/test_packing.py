@@ -47,8 +47,8 @@ def test_pack_holds_one_buffer_per_dtype_and_unpacks_bit_for_bit():
       np.concatenate([100 + np.arange(6), -100 - np.arange(6)]).astype(np.float32))
   chex.assert_trees_all_equal(packing.unpack(packed), tree)
   chex.assert_trees_all_equal_dtypes(packing.unpack(packed), tree)
-  # an attribute of the packed tree reads the stacked tree
-  chex.assert_trees_all_equal(packed.params, tree.params)
+  # the packed tree's fields read the stacked tree
+  chex.assert_trees_all_equal(packed.unpack().params, tree.params)
 
 
 def test_packed_is_a_pytree_of_its_buffers_with_a_static_spec():
@@ -479,10 +479,10 @@ def test_replace_on_a_packed_client_state_writes_through():
   packed = packing.pack(stacked)
   new = packed.replace(params={"w": -jnp.ones((2, 3))})
   assert packing.is_packed(new) and new.spec == packed.spec  # still the group's layout
-  np.testing.assert_array_equal(new.params["w"], -np.ones((2, 3)))  # the write is there
+  np.testing.assert_array_equal(new.unpack().params["w"], -np.ones((2, 3)))  # written
   np.testing.assert_array_equal(new.buffers["float32"], -np.ones((2, 3)))
-  np.testing.assert_array_equal(new.opt_state["step"], [1, 2])  # the rest untouched
-  np.testing.assert_array_equal(packed.params["w"], np.arange(6.0).reshape(2, 3))
+  np.testing.assert_array_equal(new.unpack().opt_state["step"], [1, 2])  # rest untouched
+  np.testing.assert_array_equal(packed.unpack().params["w"], np.arange(6.0).reshape(2, 3))
   # a replica axis before the client axis (``loop.run_seeds``) is kept
   two = packing.pack(jax.tree.map(lambda a: jnp.stack([a, a]), stacked), lead=2)
   assert two.replace(opt_state={"step": jnp.zeros((2, 2), jnp.int32)}).buffers[
@@ -491,3 +491,29 @@ def test_replace_on_a_packed_client_state_writes_through():
     packed.replace(params={"w": jnp.ones((2, 3)), "b": jnp.ones((2,))})
   with pytest.raises(ValueError, match="pack_like"):
     packing.pack({"w": jnp.ones((2, 3))}).replace(w=1)
+
+
+def test_a_field_a_write_could_go_into_is_refused_with_what_to_call():
+  stacked = base.ClientState({"w": jnp.arange(6.0).reshape(2, 3)}, jnp.array([3, 4]),
+                             ({"mu": jnp.zeros((2, 3))},))
+  packed = packing.pack(stacked)
+  # params[k] = v on a copy would write nothing: refused, the message names both calls
+  for field in ("params", "opt_state"):
+    with pytest.raises(packing.PackedReadError,
+                       match=rf"^packed client state: \.{field} would be a copy.*"
+                             rf"\.unpack\(\)\.{field}.*\.replace\({field}=\.\.\.\)$"):
+      getattr(packed, field)
+  assert "\n" not in str(pytest.raises(packing.PackedReadError, getattr, packed,
+                                       "params").value)
+  # a field of arrays only reads through: there is nothing to write into
+  np.testing.assert_array_equal(packed.model_state, [3, 4])
+  # the explicit copy reads, and replace is the write that sticks
+  params = packed.unpack().params
+  params["w"] = jnp.zeros((2, 3))
+  np.testing.assert_array_equal(packed.buffers["float32"][:, :3], np.arange(6.0).reshape(2, 3))
+  written = packed.replace(params=params)
+  np.testing.assert_array_equal(written.unpack().params["w"], np.zeros((2, 3)))
+  # names a Packed lacks still raise AttributeError (hasattr, copy and pickle probe them)
+  assert not hasattr(packed, "shape") and not hasattr(packed, "__array__")
+  assert packing.holds_container([jnp.zeros(2)]) and packing.holds_container(({"a": 1},))
+  assert not packing.holds_container((jnp.zeros(2), None))

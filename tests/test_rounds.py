@@ -6,6 +6,9 @@
 here on both, so a write-back fault in either branch fails a test; ``debug_round``
 (clients one by one, outside any compiled round) is held against them too.
 """
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +20,7 @@ from fedjax_het.algorithms import SPECS
 from fedjax_het.algorithms import api
 from fedjax_het.algorithms import rounds
 from fedjax_het.training import experiment as experiment_lib
+from fedjax_het.training import loop
 from fedjax_het.training import program
 
 pytestmark = pytest.mark.usefixtures("compile_bound")
@@ -125,6 +129,78 @@ def test_the_debug_round_names_the_client_that_raised(tiny_config):
   with pytest.raises(FloatingPointError):
     jax.jit(rounds.from_protocol(rt, raising(exp.algorithm.protocol, 1, None)).round)(
         state, data)
+
+
+def metric_rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if "wall" not in k}
+            for line in f]
+
+
+def test_client_parallelism_debug_resumes_a_run_one_client_at_a_time(tiny_config, threefry,
+                                                                     tmp_path):
+  def run(mode, workdir, num_rounds=3):
+    lines = []
+    loop.run(tiny_config("fedproto", "tiny,tiny2", {
+        "participation": 0.5, "num_rounds": num_rounds, "eval_every": 2,
+        "eval_sampled": True, "runtime.client_parallelism": mode}), str(workdir),
+        log=lines.append)
+    return lines
+  compiled = run("sequential", tmp_path / "compiled")
+  # a compiled run's checkpoint after round 1, resumed in debug mode for rounds 2 and 3
+  # (how a run that raised is rerun with its clients named)
+  run("sequential", tmp_path / "debugged", num_rounds=1)
+  debugged = run("debug", tmp_path / "debugged")
+  assert debugged[0].startswith("resumed from round 1 in ")
+  assert "1 cpu device, debug: clients one by one, each jitted on its own | rounds 2..3" in (
+      debugged[1])
+  assert "debug" not in compiled[0]
+  # rows where a run evaluated: round 2 as due, round 3 its last (round 1 the last of
+  # the run resumed); rounds 2 and 3 the same metrics as the compiled run's
+  debugged, compiled = metric_rows(tmp_path / "debugged"), metric_rows(tmp_path / "compiled")
+  assert [r["round"] for r in debugged] == [1, 2, 3]
+  assert [r["round"] for r in compiled] == [2, 3]
+  for d, c in zip(debugged[1:], compiled):
+    assert d.keys() == c.keys()
+    for k in c:
+      np.testing.assert_allclose(d[k], c[k], rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+def test_client_parallelism_debug_eager_names_the_client_and_refuses_a_trace(tiny_config):
+  exp = prepare(tiny_config, "standalone", "debug_eager")
+  rt, data = exp.runtime, exp.data
+  state = program.compile_fns(exp).init(jax.random.PRNGKey(3))
+  # the switch alone makes every protocol's round the debug round, op by op
+  target = int(data.groups[1].train_idx[rt.layout.group_sizes[1] - 1][0])
+  alg = rounds.from_protocol(rt, raising(exp.algorithm.protocol, 1, target))
+  with pytest.raises(rounds.ClientError, match=(
+      r"^round 1, group 1 \(tiny2\), client \d+ of the group \(client id \d+\): "
+      r"FloatingPointError: the loss went non-finite on purpose$")):
+    alg.round(state, data)
+  # a debug round cannot be compiled: one line, before any client ran
+  with pytest.raises(TypeError, match="^debug_round runs the clients one by one in "
+                                      "Python and cannot be traced"):
+    jax.jit(exp.algorithm.round)(state, data)
+  # nor can it run seeds on a replica axis (run_seeds): they run one by one
+  with pytest.raises(ValueError, match="runs one seed at a time"):
+    program.compile_dispatch(exp, 4, data_axes=0)
+  # what the compiled parts of a debug run (evaluation) map clients with
+  assert rt.in_place
+
+
+def test_eager_runs_loops_op_by_op():
+  seen = []
+
+  def fn(xs):
+    def body(total, x):
+      seen.append(isinstance(x, jax.core.Tracer) or float(x))  # concrete only when eager
+      return total + x, None
+    return jax.lax.scan(body, jnp.zeros(()), xs)[0]
+  assert float(rounds.eager(fn)(jnp.arange(3.0))) == 3.0
+  assert seen == [0.0, 1.0, 2.0]
+  seen.clear()
+  jax.jit(fn)(jnp.arange(3.0))
+  assert seen == [True]  # compiled: traced once, its values abstract
 
 
 def test_map_group_sees_each_client_as_its_tree(tiny_config):

@@ -67,8 +67,9 @@ class State:
     rng: PRNG key from the seed; round ``r`` uses ``fold_in(rng, r)``.
     clients: tuple of per-group stacked client states (``ClientState`` or any pytree),
       leading axis = clients of that group padded to the device count; packed
-      (``packing.Packed``) by ``init_clients``. ``state.clients[g].params`` reads the
-      stacked params of a packed group as a tree.
+      (``packing.Packed``) by ``init_clients``. ``state.clients[g].unpack().params``
+      reads a packed group's stacked params as a tree (a copy), and
+      ``state.clients[g].replace(params=...)`` writes them.
     server: what the server holds between rounds (global model, prototypes, ...).
   """
   round: jax.Array

@@ -181,7 +181,7 @@ def fedkd(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   Returns:
     ``Algorithm``; ``state.server`` = {'theta': the mentee, 'round': rounds aggregated}.
-    ``state.clients[g].params`` = {'global': mentee_k, 'local': mentor_k,
+    ``state.clients[g].unpack().params`` = {'global': mentee_k, 'local': mentor_k,
     'proj': {'kernel': W_h}} stacked over the group's clients; ``state.server`` = theta.
   """
   for key, value in (("svd_energy_start", svd_energy_start),

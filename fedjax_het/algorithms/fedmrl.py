@@ -135,7 +135,7 @@ def fedmrl(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
   compute (``check``, the ``Spec``'s hook); a factory call does not check them again.
 
   Returns:
-    ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k,
+    ``Algorithm``. ``state.clients[g].unpack().params`` = {'global': theta_k, 'local': omega_k,
     'proj': phi_k} stacked over the group's clients; ``state.server`` = theta.
   """
   nets = [FedMRLNets(arch, small_arch=small_arch, d1=d1, num_classes=rt.layout.num_classes,

@@ -79,7 +79,7 @@ def fml(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
       PyTorch's default ``KLDivLoss``) (``kl_divergence``).
 
   Returns:
-    ``Algorithm``. ``state.clients[g].params`` = {'global': meme_k, 'local': omega_k}
+    ``Algorithm``. ``state.clients[g].unpack().params`` = {'global': meme_k, 'local': omega_k}
     stacked over the group's clients; ``state.server`` = the averaged meme.
   """
   for name, v in (("alpha", alpha), ("beta", beta)):

@@ -408,14 +408,28 @@ def from_protocol(rt: Runtime, proto: Protocol, round_fn: Callable | None = None
     rt: the runtime.
     proto: the algorithm's protocol; ``init`` and ``evaluate`` come from it
       (``protocol_init``, ``protocol_evaluate``).
-    round_fn: ``Algorithm.round``; None: ``protocol_round(rt, proto)``.
+    round_fn: ``Algorithm.round``; None: ``protocol_round(rt, proto)``, or where
+      ``rt.client_parallelism`` is a debug mode (``clients.DEBUG``) ``debug_round``:
+      'debug' jits each client's step on its own, 'debug_eager' runs it op by op.
   """
+  if round_fn is None and cl.is_debug(rt.client_parallelism):
+    round_fn = debug_round(rt, proto, jit_clients=rt.client_parallelism == "debug")
   return Algorithm(protocol_init(rt, proto),
                    round_fn if round_fn is not None else protocol_round(rt, proto),
                    protocol_evaluate(rt, proto), proto)
 
 
 # ---- debugging: clients one by one ------------------------------------------------------
+
+
+def eager(fn: Callable) -> Callable:
+  """``fn`` run op by op: under ``jax.disable_jit`` its loops (``lax.scan``) run in
+  Python, so ``print`` shows values and a breakpoint stops in them."""
+  @functools.wraps(fn)
+  def run(*args):
+    with jax.disable_jit():
+      return fn(*args)
+  return run
 
 
 class ClientError(RuntimeError):
@@ -429,31 +443,41 @@ def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Ca
   The same clients, keys, data and aggregation as ``protocol_round`` (so the same
   state and metrics, to float rounding), but a Python loop: each client's
   ``client_update`` is jitted on its own (``jit_clients``) or run uncompiled, op by op
-  (``jit_clients=False``: ``print`` and breakpoints work inside it, and its arrays are
-  concrete). An exception is re-raised as a ``ClientError`` naming the round, the group
-  and the client (its position in the group and its client id). Not jittable itself:
-  call it as ``state, metrics = debug_round(rt, proto)(state, data)``.
+  under ``jax.disable_jit`` (``jit_clients=False``: ``print`` and breakpoints work inside
+  it, loops included, and its arrays are concrete). An exception is re-raised as a
+  ``ClientError`` naming the round, the group and the client (its position in the group
+  and its client id). Not jittable itself (a trace is refused in one line): call it as
+  ``state, metrics = debug_round(rt, proto)(state, data)``, or run a config with
+  ``runtime.client_parallelism='debug'`` (or 'debug_eager'), which ``from_protocol``
+  and the training loop turn into this round.
   """
-  def step_fn(g, data, clients_g):
-    def step(client, payload, idx, mask, key):
+  compiled = jax.jit if jit_clients else eager
+  made = {}  # (kind, group) -> its function, made (and compiled) once for the run
+
+  def step_fn(g, clients_g):
+    def step(client, payload, data, idx, mask, key):
       new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
       return new, (upload, aux)
-    step = packing.on_client(step, clients_g)
-    return jax.jit(step) if jit_clients else step
+    if ("step", g) not in made:
+      made["step", g] = compiled(packing.on_client(step, clients_g))
+    return made["step", g]
 
-  def eval_fn(g, data, clients_g):
-    def count(client, payload, upload, idx, mask):
+  def eval_fn(g, clients_g):
+    def count(client, payload, upload, data, idx, mask):
       own = proto.trained_payload(payload, upload) if proto.trained_payload else payload
       return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
                                 **rt.eval_options())
-    count = packing.on_client(count, clients_g, returns_state=False)
-    return jax.jit(count) if jit_clients else count
+    if ("count", g) not in made:
+      made["count", g] = compiled(packing.on_client(count, clients_g, returns_state=False))
+    return made["count", g]
+
+  finish = compiled(functools.partial(finish_round, proto))
 
   def group(state, data, g, sample_key, train_key):
     index, clients_g = data.groups[g], state.clients[g]
     payload = proto.downlink(state.server, g)
     positions, keys = group_draw(rt, g, sample_key, train_key)
-    step, count = step_fn(g, data, clients_g), eval_fn(g, data, clients_g)
+    step, count = step_fn(g, clients_g), eval_fn(g, clients_g)
     outs, weights, counts = [], [], []
     for slot, pos in enumerate(np.asarray(positions).tolist()):
       if pos >= rt.layout.group_sizes[g]:
@@ -462,9 +486,9 @@ def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Ca
       where = (f"round {int(state.round) + 1}, group {g} ({rt.layout.archs[g]}), client "
                f"{pos} of the group (client id {rt.layout.client_ids[g][pos]})")
       try:
-        new, out = step(cl.row(clients_g, pos), payload, *args)
+        new, out = step(cl.row(clients_g, pos), payload, data, *args)
         if rt.eval_sampled:
-          counts.append(count(new, payload, out[0], index.test_idx[pos],
+          counts.append(count(new, payload, out[0], data, index.test_idx[pos],
                               index.test_mask[pos]))
       except Exception as err:
         raise ClientError(f"{where}: {type(err).__name__}: {err}") from err
@@ -472,8 +496,8 @@ def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Ca
       outs.append(out)
       weights.append(index.num_train[pos])
     if not outs:  # nobody of this group drew: one row that weighs nothing
-      shapes = jax.eval_shape(step, cl.row(clients_g, 0), payload, index.train_idx[0],
-                              index.train_mask[0], keys[0])[1]
+      shapes = jax.eval_shape(step, cl.row(clients_g, 0), payload, data,
+                              index.train_idx[0], index.train_mask[0], keys[0])[1]
       outs, weights = [jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)], [0]
       counts = [(jnp.zeros(()), jnp.zeros(()))] if rt.eval_sampled else []
     stack = lambda rows: jax.tree.map(lambda *a: jnp.stack(a), *rows)  # noqa: E731
@@ -481,11 +505,15 @@ def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Ca
                       stack(counts) if counts else None)
 
   def round_fn(state, data):
+    if isinstance(state.round, jax.core.Tracer):
+      raise TypeError("debug_round runs the clients one by one in Python and cannot be "
+                      "traced (jit, vmap, scan): call it on concrete arrays, or use "
+                      "protocol_round")
     sample_key, train_key = round_keys(state)
     results = [group(state, data, g, sample_key, train_key)
                for g in range(rt.layout.num_groups)]
     try:
-      return finish_round(proto, state, data, results)
+      return finish(state, data, results)
     except Exception as err:
       raise ClientError(f"round {int(state.round) + 1}, the server's aggregate: "
                         f"{type(err).__name__}: {err}") from err

@@ -218,6 +218,8 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
       row then has the replica axis second (``[max_rounds, S, ...]``) and every
       accuracy first.
   """
+  if clients_lib.is_debug(exp.runtime.client_parallelism):
+    return debug_dispatch(exp, max_rounds, data_axes)
   alg, layout, config = exp.algorithm, exp.runtime.layout, exp.config
   replicas = data_axes is not None
   shards = state_shardings(jax.eval_shape(alg.init, jax.random.PRNGKey(0)),
@@ -279,6 +281,38 @@ def compile_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callab
     return compiled[key](state, data, n, schedule)
   # the jitted program and its last argument, to stage by hand (benchmarks/compile_time.py)
   dispatch_rounds.jitted, dispatch_rounds.schedule = dispatch, schedule
+  return dispatch_rounds
+
+
+def debug_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callable:
+  """``compile_dispatch`` of a debug run (``runtime.client_parallelism`` 'debug' or
+  'debug_eager'): the same ``(state, data, n) -> (state, rows, accuracies)``, its rounds
+  a Python loop of ``alg.round`` (``rounds.debug_round``: clients one by one, an error
+  naming its round, group and client) and its evaluations jitted, as due by
+  ``config.eval_every``. One run only (``data_axes`` None): seeds run one by one.
+  """
+  if data_axes is not None:
+    raise ValueError(f"runtime.client_parallelism={exp.runtime.client_parallelism!r} runs "
+                     "one seed at a time; run the seeds one by one")
+  layout, config = exp.runtime.layout, exp.config
+  one_round, evaluate = round_with_checks(exp.algorithm), jax.jit(exp.algorithm.evaluate)
+
+  def dispatch_rounds(state, data, n):
+    accuracies = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
+        lambda: client_accuracies(evaluate(state, data))))
+    rows = []
+    for _ in range(int(n)):
+      state, metrics = one_round(state, data)
+      r = int(state.round)
+      due = r % config.eval_every == 0 or r == config.num_rounds
+      if due:
+        accuracies = client_accuracies(evaluate(state, data))
+      rows.append(dict(metrics, evaluated=jnp.asarray(due),
+                       mean_test_acc=mean_accuracy(accuracies, layout)))
+    rows = jax.tree.map(lambda *a: jnp.stack(a), *rows)
+    rows = jax.tree.map(  # zero rows from n on, as the compiled dispatch's buffers
+        lambda a: jnp.zeros((max_rounds,) + a.shape[1:], a.dtype).at[:len(a)].set(a), rows)
+    return state, rows, accuracies
   return dispatch_rounds
 
 

@@ -114,7 +114,7 @@ def measure_step(exp, state, held: np.ndarray, age: np.ndarray) -> dict:
   for g, ids in enumerate(layout.client_ids):
     index = exp.data.groups[g]
     for pos, k in enumerate(ids):
-      params = jax.tree.map(lambda a, pos=pos: a[pos], state.clients[g].params)
+      params = jax.tree.map(lambda a, pos=pos: a[pos], state.clients[g].unpack().params)
       rep, logits, y = client_arrays(exp, nets[g], params, index.test_idx[pos],
                                      index.test_mask[pos])
       d = np.mean(np.square(rep[:, None, :] - table[None]), -1)  # [n, C]
