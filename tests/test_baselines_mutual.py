@@ -163,6 +163,37 @@ def test_lambda_takes_one_sgd_step_per_held_out_minibatch():
   np.testing.assert_allclose(out, lam, rtol=1e-6)
 
 
+def test_a_fedapen_client_learns_lambda_k_in_its_apen_state(tiny_config):
+  # lr 0.1 (not 1e-3) so that one pass over the held-out minibatches visibly moves lambda
+  exp = experiment.prepare(tiny_config("fedapen", "tiny", {
+      **SMALL, "algo.lambda_learning_rate": 0.1}))
+  rt, proto = exp.runtime, exp.algorithm.protocol
+  client = proto.init_client(0, jax.random.PRNGKey(0))
+  assert isinstance(client.model_state, fedapen.ApenState)
+  lam = client.model_state.lam
+  assert lam.shape == () and lam.dtype == jnp.float32 and float(lam) == 0.5
+  assert jax.tree.leaves(client.model_state) == [lam]  # one leaf, as the dict {'lam'} was
+  # a round: lambda_k takes SGD steps on the held-out examples with the private model and
+  # the downloaded theta frozen (learning for adaptability), before either model trains
+  theta = proto.downlink(proto.init_server(jax.random.PRNGKey(1)), 0)
+  group = exp.data.groups[0]
+  idx, mask = group.train_idx[0], group.train_mask[0]
+  new, _, _ = jax.jit(proto.client_update, static_argnums=0)(
+      0, client, theta, exp.data, idx, mask, jax.random.PRNGKey(2))
+  assert isinstance(new.model_state, fedapen.ApenState)
+  _, hidx, hmask = fedapen.holdout_split(idx, mask, 0.1, rt.batch_size)
+  assert int(jnp.sum(hmask)) > 0
+  batch = cl.make_batch(exp.data.x, exp.data.y, hidx, hmask, **rt.batch_options())
+  nets = mutual.make_nets(rt, small_arch="tiny", rep_dim=16)
+  (logits_l, _), (logits_g, _) = nets[0].forward(dict(client.params, **{"global": theta}),
+                                                 batch.x)
+  expected = fedapen.learn_lambda(lam, logits_l, logits_g, batch.y, hmask, steps=1,
+                                  learning_rate=0.1, batch_size=rt.batch_size)
+  assert abs(float(expected) - 0.5) > 1e-3
+  np.testing.assert_allclose(new.model_state.lam, expected, rtol=1e-5)
+  assert new.model_state.lam.shape == () and new.model_state.lam.dtype == jnp.float32
+
+
 ALGOS = [("fml", {}), ("fedkd", {"algo.svd_energy_start": 0.9}), ("fedapen", {})]
 
 
@@ -213,6 +244,7 @@ def test_run_end_to_end_compiles_the_round_once(tiny_config, tmp_path, algorithm
   else:
     assert rows[0]["uplink_params"] == size == rows[0]["downlink_params"]
   if algorithm == "fedapen":
+    assert all(isinstance(c.model_state, fedapen.ApenState) for c in state.clients)
     lam = np.concatenate([np.asarray(fedapen.weight(c)) for c in state.clients])
     assert np.all((lam >= 0) & (lam <= 1))
     assert np.any(np.abs(lam - 0.5) > 1e-4)  # clients learned their lambda

@@ -49,10 +49,24 @@ def test_features_gathered_during_training_by_hand():
                                   jnp.array([True, True, False]))
   stats = class_tables.accumulate(stats, 2 * feats, jnp.array([0, 0, 2]),
                                   jnp.array([True, True, True]))
+  assert isinstance(stats, class_tables.ClassSums)  # the loss's carry, typed
+  np.testing.assert_allclose(stats.counts, [4.0, 0.0, 1.0])
+  np.testing.assert_allclose(stats.sums, [[12.0, 6.0], [0.0, 0.0], [10.0, 10.0]])
   up = class_tables.stats_upload(stats, epochs=2)
   np.testing.assert_allclose(up["counts"], [2.0, 0.0, 0.5])
   np.testing.assert_allclose(up["means"], [[(1 + 3 + 2 + 6) / 4, (0 + 2 + 0 + 4) / 4],
                                            [0.0, 0.0], [10.0, 10.0]])
+
+
+def test_held_classes_are_the_union_over_rounds():
+  held = class_tables.HeldClasses(jnp.array([False, True, False, False]))
+  # a round whose upload holds classes 0 and 3 (per-epoch counts; 0: not sent)
+  held = class_tables.held_after(held, jnp.array([2.0, 0.0, 0.0, 0.5]))
+  assert isinstance(held, class_tables.HeldClasses) and held.held.dtype == jnp.bool_
+  np.testing.assert_array_equal(held.held, [True, True, False, True])
+  held = class_tables.held_after(held, jnp.zeros(4))  # nothing sent: nothing forgotten
+  np.testing.assert_array_equal(held.held, [True, True, False, True])
+  assert jax.tree.leaves(held) == [held.held]  # one leaf, as the dict {'held'} it replaced
 
 
 def test_own_classes_rule_picks_only_held_classes():
@@ -93,7 +107,9 @@ def test_references_choices_in_a_round(tiny_config):
       "algo.prototype_memory": False}))
   round_fn = jax.jit(chex.assert_max_traces(exp.algorithm.round, n=1))
   state = program.compile_fns(exp).init(jax.random.PRNGKey(0))
-  held0 = np.asarray(state.clients[0].model_state["held"])
+  assert isinstance(state.clients[0].model_state, class_tables.HeldClasses)
+  held0 = np.asarray(state.clients[0].model_state.held)
+  assert held0.dtype == bool and held0.shape[1:] == (exp.runtime.layout.num_classes,)
   assert not held0.any()
   for _ in range(2):
     state, metrics = round_fn(state, exp.data)
@@ -101,7 +117,8 @@ def test_references_choices_in_a_round(tiny_config):
   assert bool(np.any(state.server["valid"]))
   # a visited client knows exactly the classes of its training data
   g = exp.data.groups[0]
-  held = np.asarray(state.clients[0].model_state["held"])
+  assert isinstance(state.clients[0].model_state, class_tables.HeldClasses)
+  held = np.asarray(state.clients[0].model_state.held)
   for k in range(held.shape[0]):
     idx = np.asarray(g.train_idx[k])[np.asarray(g.train_mask[k])]
     labels = set(np.asarray(exp.data.y)[idx].tolist())

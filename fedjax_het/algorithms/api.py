@@ -50,7 +50,9 @@ class ClientState:
 
   Attributes:
     params: trainable parameters (private and local copies of shared parts).
-    model_state: non-trained variables such as batch statistics, or None.
+    model_state: what the client keeps that SGD does not train, or None: flax's
+      non-trained variable collections (FedMoE's gate batch statistics, a dict), or the
+      algorithm's own state type (FedAPEN's ``ApenState``, FedProto's ``HeldClasses``).
     opt_state: optimizer state.
   """
   params: PyTree

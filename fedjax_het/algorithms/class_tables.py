@@ -13,13 +13,16 @@ loss against the downloaded table, what a row holds (``uplink``) and the predict
   class counts, or each client once), optionally keeping the last row of a class nobody
   sent this round.
 - ``empty_stats``, ``accumulate``, ``stats_upload``: per-class sums of a feature gathered
-  *during* local training (HtFLlib's FedProto prototypes), instead of ``class_stats``'s
-  extra pass after it.
+  *during* local training (HtFLlib's FedProto prototypes; a ``ClassSums``), instead of
+  ``class_stats``'s extra pass after it.
+- ``HeldClasses``: the classes a client has held, kept between rounds for a prediction
+  among the client's own classes (FedProto's code).
 - ``table_protocol``, ``table_communication``: the protocol built from them, with the
   communication counted in table entries (``mean_entries_sent``).
 """
 from __future__ import annotations
 
+import flax
 import jax
 import jax.numpy as jnp
 
@@ -98,28 +101,58 @@ def aggregate_classes(uploads: list, weighting: str = "counts") -> dict:
   return {"table": jnp.where(valid[:, None], table, 0.0), "valid": valid}
 
 
-def empty_stats(num_classes: int, width: int) -> dict:
-  """Per-class running sums of a feature: {'sums': float32 [C, width], 'counts': [C]}."""
-  return {"sums": jnp.zeros((num_classes, width), jnp.float32),
-          "counts": jnp.zeros((num_classes,), jnp.float32)}
+@flax.struct.dataclass
+class HeldClasses:
+  """The classes a client has held (its ``ClientState.model_state`` with ``track_held``).
+
+  Attributes:
+    held: bool [C] ([n_g, C] stacked in a group): True for every class j with examples
+      in the client's training data, known from its first visit on (all False before);
+      FedProto's code predicts among these classes only.
+  """
+  held: jax.Array
 
 
-def accumulate(stats: dict, feats, labels, mask) -> dict:
+@flax.struct.dataclass
+class ClassSums:
+  """Per-class running sums of a feature over a client's local training (the
+  ``model_state`` its loss carries with ``during_training``; never kept between rounds).
+
+  Attributes:
+    sums: float32 [C, width]: the sum of the features of the examples of class j seen.
+    counts: float32 [C]: how many examples of class j were seen (every epoch counted).
+  """
+  sums: jax.Array
+  counts: jax.Array
+
+
+def empty_stats(num_classes: int, width: int) -> ClassSums:
+  """Per-class running sums of a feature, all zero: sums [C, width], counts [C]."""
+  return ClassSums(sums=jnp.zeros((num_classes, width), jnp.float32),
+                   counts=jnp.zeros((num_classes,), jnp.float32))
+
+
+def accumulate(stats: ClassSums, feats, labels, mask) -> ClassSums:
   """``stats`` plus one batch's features [B, width] (no gradient) of its real examples."""
-  onehot = jax.nn.one_hot(labels, stats["counts"].shape[0]) * mask[:, None]
+  onehot = jax.nn.one_hot(labels, stats.counts.shape[0]) * mask[:, None]
   feats = jax.lax.stop_gradient(feats).astype(jnp.float32)
-  return {"sums": stats["sums"] + onehot.T @ feats,
-          "counts": stats["counts"] + jnp.sum(onehot, axis=0)}
+  return ClassSums(sums=stats.sums + onehot.T @ feats,
+                   counts=stats.counts + jnp.sum(onehot, axis=0))
 
 
-def stats_upload(stats: dict, epochs: int) -> dict:
+def stats_upload(stats: ClassSums, epochs: int) -> dict:
   """A client's upload from the sums of ``accumulate`` over its ``epochs`` local epochs.
 
   The means average every feature seen in training; the counts are per epoch (each
   example once), as ``class_stats``'s.
   """
-  return {"means": stats["sums"] / jnp.maximum(stats["counts"], 1.0)[:, None],
-          "counts": stats["counts"] / epochs}
+  return {"means": stats.sums / jnp.maximum(stats.counts, 1.0)[:, None],
+          "counts": stats.counts / epochs}
+
+
+def held_after(held: HeldClasses, counts: jax.Array) -> HeldClasses:
+  """``held`` joined with the classes of a round's upload (``counts`` [C] > 0)."""
+  return HeldClasses(held=held.held | (counts > 0))
 
 
 def mean_entries_sent(uploads: list, weights: list, width: int) -> jax.Array:
@@ -145,16 +178,16 @@ def table_protocol(rt: api.Runtime, nets, opt, *, width: int, loss_fn, uplink, p
     rt, nets, opt: runtime, one private CNN per group, local SGD.
     width: D, the width of a table row (500 for prototypes, C for logits).
     loss_fn: ``(net, table) -> clients.LossFn`` given the downloaded global table; with
-      ``during_training`` its ``model_state`` is the ``empty_stats`` of the round, which
-      it returns ``accumulate``d with each batch's features.
+      ``during_training`` its ``model_state`` is the ``empty_stats`` of the round (a
+      ``ClassSums``), which it returns ``accumulate``d with each batch's features.
     uplink: ``(net, params, data, idx, mask, rt) -> {'means' [C, D], 'counts' [C]}``.
     predict: ``Protocol.predict`` (payload: the global table).
     memory: a class no client sent this round keeps its previous row (``remember``).
     weighting: how ``aggregate_classes`` weighs the clients (``WEIGHTINGS``).
     during_training: the upload is the features gathered by ``loss_fn`` during local
       training (``stats_upload``), not ``uplink``'s pass after it.
-    track_held: the client's ``model_state`` is {'held': bool [C]}, the classes of its
-      training data (known from its first visit on), for ``predict``.
+    track_held: the client's ``model_state`` is a ``HeldClasses``, the classes of its
+      training data (known from its first visit on), for ``predict``; otherwise None.
 
   Returns:
     ``Protocol``: client state a ``ClientState`` of its private model; server state and
@@ -169,7 +202,7 @@ def table_protocol(rt: api.Runtime, nets, opt, *, width: int, loss_fn, uplink, p
   def init_client(g, key):
     client = init_private(g, key)
     if track_held:
-      client = client.replace(model_state={"held": jnp.zeros((num_classes,), bool)})
+      client = client.replace(model_state=HeldClasses(jnp.zeros((num_classes,), bool)))
     return client
 
   def client_update(g, client, table, data, idx, mask, key):
@@ -181,8 +214,7 @@ def table_protocol(rt: api.Runtime, nets, opt, *, width: int, loss_fn, uplink, p
       sent = stats_upload(r.model_state, rt.local_epochs)
     else:
       sent = uplink(nets[g], r.params, data, idx, mask, rt)
-    kept = ({"held": client.model_state["held"] | (sent["counts"] > 0)} if track_held
-            else None)
+    kept = held_after(client.model_state, sent["counts"]) if track_held else None
     return api.ClientState(r.params, kept, r.opt_state), sent, {"loss": r.loss}
 
   def server_aggregate(table, uploads, weights, train_key, server_data):

@@ -8,7 +8,7 @@ Symbols (paper -> code):
   k's private heterogeneous model (``params['local']``), as in FML (``mutual.MutualNets``).
 - lambda_k in [0, 1]: the weight of the private model in the ensemble output
   y_ens = lambda_k * f_private(x) + (1 - lambda_k) * f_shared(x) (on logits);
-  ``model_state['lam']`` holds lambda_k itself (0.5 at start).
+  ``model_state`` is an ``ApenState`` holding lambda_k itself (0.5 at start).
 
 One round of client k:
 1. Download theta into the shared model.
@@ -44,6 +44,7 @@ and ``learn_weight_for_inference``):
 """
 from __future__ import annotations
 
+import flax
 import jax
 import jax.numpy as jnp
 
@@ -58,6 +59,24 @@ from fedjax_het.algorithms.mutual import make_nets
 from fedjax_het.algorithms.mutual import mutual_protocol
 from fedjax_het.algorithms.mutual import uplink
 from fedjax_het.algorithms.shared import LOCAL_REP_DIM
+
+
+@flax.struct.dataclass
+class ApenState:
+  """A FedAPEN client's state that SGD does not train (its ``ClientState.model_state``).
+
+  Attributes:
+    lam: lambda_k, float32 scalar in [0, 1] ([n_g] stacked in a group): the weight of
+      the private model in the ensemble lambda_k * f_private + (1 - lambda_k) * f_shared
+      (on logits); 0.5 at start, learned on held-out data every round
+      (``learn_lambda``), never sent.
+  """
+  lam: jax.Array
+
+
+def initial_state() -> ApenState:
+  """A client's ``ApenState`` before its first round: lambda_k = 0.5 (the authors' code)."""
+  return ApenState(lam=jnp.full((), 0.5, jnp.float32))
 
 
 def ensemble(logits_l: jax.Array, logits_g: jax.Array, lam: jax.Array) -> jax.Array:
@@ -150,8 +169,8 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   Returns:
     ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k},
-    ``state.clients[g].model_state`` = {'lam': lambda_k}, stacked over the
-    group's clients; ``state.server`` = theta.
+    ``state.clients[g].model_state`` = ``ApenState(lam=lambda_k)``, stacked over
+    the group's clients; ``state.server`` = theta.
   """
   if not 0.0 < holdout_fraction < 1.0:
     raise ValueError(f"algo.holdout_fraction={holdout_fraction} must be in (0, 1)")
@@ -162,7 +181,7 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
     def fn(params, model_state, batch, rng):
       del rng
       (logits_l, _), (logits_g, _) = net.forward(params, batch.x)
-      lam = model_state["lam"]
+      lam = model_state.lam
       loss_l, loss_g = ensemble_losses(logits_l, logits_g, lam, batch.y, batch.mask)
       return loss_l + loss_g, model_state
     return fn
@@ -179,17 +198,17 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
     params, opt_state = api.download(rt, client.params, client.opt_state, {"global": theta})
     train_mask, hidx, hmask = holdout_split(idx, mask, holdout_fraction, rt.batch_size)
     logits_l, logits_g, labels = holdout_logits(nets[g], params, data, hidx, hmask)
-    lam = learn_lambda(client.model_state["lam"], logits_l, logits_g, labels, hmask,
+    lam = learn_lambda(client.model_state.lam, logits_l, logits_g, labels, hmask,
                        steps=lambda_steps, learning_rate=lambda_learning_rate,
                        batch_size=rt.batch_size)
-    r = cl.local_train(loss_fn(nets[g]), opt, params, {"lam": lam}, opt_state,
+    r = cl.local_train(loss_fn(nets[g]), opt, params, ApenState(lam), opt_state,
                        data.x, data.y, idx, train_mask, key, **rt.train_options())
     new = api.ClientState(r.params, r.model_state, r.opt_state)
     return new, uplink(r.params), {"loss": r.loss}
 
   def predict(g, client, theta):
     params = download(client, theta)  # the server's latest theta
-    lam = client.model_state["lam"]
+    lam = client.model_state.lam
 
     def fn(x):
       (logits_l, _), (logits_g, _) = nets[g].forward(params, x)
@@ -198,13 +217,13 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   proto = mutual_protocol(nets, opt, client_update, predict=predict,
                           trained_payload=api.own_upload,
-                          model_state={"lam": jnp.full((), 0.5, jnp.float32)})
+                          model_state=initial_state())
   return rounds.from_protocol(rt, proto)
 
 
 def weight(client: api.ClientState) -> jax.Array:
   """lambda_k in [0, 1] of a client state (any leading client axes)."""
-  return client.model_state["lam"]
+  return client.model_state.lam
 
 
 SPEC = api.Spec(

@@ -93,9 +93,9 @@ def fedproto(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
 
   Returns:
     ``Algorithm``. ``state.clients[g]`` is a ``ClientState`` with the private params
-    stacked [n_g, ...] (and, with ``prototype_classes='own'``, ``model_state`` =
-    {'held': bool [n_g, C]}); ``state.server`` = {'table': float32 [C, 500] global
-    prototypes, 'valid': bool [C]}.
+    stacked [n_g, ...] (and, with ``prototype_classes='own'``, ``model_state`` a
+    ``class_tables.HeldClasses``, ``held`` bool [n_g, C]); ``state.server`` =
+    {'table': float32 [C, 500] global prototypes, 'valid': bool [C]}.
   """
   for key, value, valid in (("inference", inference, INFERENCE),
                             ("prototype_classes", prototype_classes, PROTOTYPE_CLASSES),
@@ -118,7 +118,7 @@ def fedproto(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
       rep = models.extract(net, params, batch.x)
       logits = models.classify(net, params, rep)
       loss = cl.cross_entropy(logits, batch.y, batch.mask)
-      if during:  # model_state: this round's per-class sums (class_tables.accumulate)
+      if during:  # model_state: this round's ClassSums (class_tables.accumulate)
         model_state = accumulate(model_state, rep, batch.y, batch.mask)
       return loss + lamda * proto_mse(rep, batch.y, batch.mask, protos), model_state
     return fn
@@ -131,7 +131,7 @@ def fedproto(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
       logits = models.classify(net, client.params, rep)
       if inference == "header":
         return logits
-      table = own_classes(protos, client.model_state["held"]) if own else protos
+      table = own_classes(protos, client.model_state.held) if own else protos
       return jnp.where(jnp.any(table["valid"]), nearest_prototype_scores(rep, table),
                        logits.astype(jnp.float32))
     return fn

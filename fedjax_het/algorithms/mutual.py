@@ -112,7 +112,7 @@ def mutual_protocol(nets: list, opt, client_update: Callable, *,
       mean of the uploaded theta_k).
     predict: ``Protocol.predict`` (default ``private_predict``: the private model alone).
     init_params: ``(group, key) -> params`` of a client (default ``nets[g].init``).
-    model_state: every client's initial non-SGD state (e.g. FedAPEN's lambda), or None.
+    model_state: every client's initial non-SGD state (FedAPEN's ``ApenState``), or None.
     trained_payload: ``Protocol.trained_payload`` (None: ``predict`` ignores theta).
   """
   init_params = init_params or (lambda g, key: nets[g].init(key))
