@@ -168,7 +168,7 @@ def fedapen(rt: api.Runtime, *, learning_rate: float, momentum: float = 0.0,
       its step size.
 
   Returns:
-    ``Algorithm``. ``state.clients[g].params`` = {'global': theta_k, 'local': omega_k},
+    ``Algorithm``. ``state.clients[g].unpack().params`` = {'global': theta_k, 'local': omega_k},
     ``state.clients[g].model_state`` = ``ApenState(lam=lambda_k)``, stacked over
     the group's clients; ``state.server`` = theta.
   """
