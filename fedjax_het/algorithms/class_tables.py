@@ -119,25 +119,27 @@ class ClassSums:
   ``model_state`` its loss carries with ``during_training``; never kept between rounds).
 
   Attributes:
-    sums: float32 [C, width]: the sum of the features of the examples of class j seen.
     counts: float32 [C]: how many examples of class j were seen (every epoch counted).
+    sums: float32 [C, width]: the sum of the features of the examples of class j seen.
   """
-  sums: jax.Array
+  # counts first and sums computed first: the leaf and op order of the dict it replaced,
+  # so the compiled round is the same program
   counts: jax.Array
+  sums: jax.Array
 
 
 def empty_stats(num_classes: int, width: int) -> ClassSums:
   """Per-class running sums of a feature, all zero: sums [C, width], counts [C]."""
-  return ClassSums(sums=jnp.zeros((num_classes, width), jnp.float32),
-                   counts=jnp.zeros((num_classes,), jnp.float32))
+  sums = jnp.zeros((num_classes, width), jnp.float32)
+  return ClassSums(counts=jnp.zeros((num_classes,), jnp.float32), sums=sums)
 
 
 def accumulate(stats: ClassSums, feats, labels, mask) -> ClassSums:
   """``stats`` plus one batch's features [B, width] (no gradient) of its real examples."""
   onehot = jax.nn.one_hot(labels, stats.counts.shape[0]) * mask[:, None]
   feats = jax.lax.stop_gradient(feats).astype(jnp.float32)
-  return ClassSums(sums=stats.sums + onehot.T @ feats,
-                   counts=stats.counts + jnp.sum(onehot, axis=0))
+  sums = stats.sums + onehot.T @ feats
+  return ClassSums(counts=stats.counts + jnp.sum(onehot, axis=0), sums=sums)
 
 
 def stats_upload(stats: ClassSums, epochs: int) -> dict:
