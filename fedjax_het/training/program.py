@@ -289,11 +289,16 @@ def debug_dispatch(exp: Experiment, max_rounds: int, data_axes=None) -> Callable
   'debug_eager'): the same ``(state, data, n) -> (state, rows, accuracies)``, its rounds
   a Python loop of ``alg.round`` (``rounds.debug_round``: clients one by one, an error
   naming its round, group and client) and its evaluations jitted, as due by
-  ``config.eval_every``. One run only (``data_axes`` None): seeds run one by one.
+  ``config.eval_every``; ``n >= 1``. One run in one process only: seeds on a replica
+  axis (``data_axes``) and a run over several processes are refused, before any round.
   """
+  mode = exp.runtime.client_parallelism
   if data_axes is not None:
-    raise ValueError(f"runtime.client_parallelism={exp.runtime.client_parallelism!r} runs "
-                     "one seed at a time; run the seeds one by one")
+    raise ValueError(f"runtime.client_parallelism={mode!r} runs one seed at a time; run "
+                     "the seeds one by one")
+  if jax.process_count() > 1:
+    raise ValueError(f"runtime.client_parallelism={mode!r} runs in one process; run it "
+                     "without --num_processes")
   layout, config = exp.runtime.layout, exp.config
   one_round, evaluate = round_with_checks(exp.algorithm), jax.jit(exp.algorithm.evaluate)
 
