@@ -329,6 +329,17 @@ def load_expected(path: str, jax_version: str = jax.__version__) -> dict:
   return expected
 
 
+def parallelisms_of(flag: str) -> list:
+  """``--parallelism``'s comma-separated modes ([None]: each run's own), checked: a debug
+  mode is refused (its clients run one by one in Python; no round program to compile)."""
+  modes = [s.strip() for s in flag.split(",") if s.strip()] or [None]
+  compiled = [m for m in clients_lib.PARALLELISM if not clients_lib.is_debug(m)]
+  for mode in modes:
+    if mode is not None and mode not in compiled:
+      raise ValueError(f"--parallelism: {mode!r} is not one of {compiled}")
+  return modes
+
+
 def measure(runs, target: str, parallelisms, seeds: int, log=print, out=None,
             timeout_s=None, top: int = 5, on_device: bool = False,
             expected: dict | None = None) -> list[dict]:
@@ -458,10 +469,7 @@ def main(argv=None):
   try:
     if args.seeds < 1:
       raise ValueError(f"--seeds={args.seeds}: must be >= 1")
-    parallelisms = [s.strip() for s in args.parallelism.split(",") if s.strip()] or [None]
-    for mode in parallelisms:
-      if mode is not None and mode not in clients_lib.PARALLELISM:
-        raise ValueError(f"--parallelism: {mode!r} is not one of {clients_lib.PARALLELISM}")
+    parallelisms = parallelisms_of(args.parallelism)
     if not args.config and not args.sweep:
       raise ValueError("give --config, or --sweep (with --algorithm for one row)")
     if args.config and args.sweep:

@@ -65,6 +65,15 @@ def test_the_h100_target_ships_with_the_library():
     deviceless.target_config("a100")
 
 
+def test_a_debug_parallelism_is_refused_before_any_compile():
+  assert gpu_compile.parallelisms_of("") == [None]  # each run's own
+  assert gpu_compile.parallelisms_of("vmap, sequential") == ["vmap", "sequential"]
+  # a debug run's clients run one by one in Python: there is no round program to compile
+  with pytest.raises(ValueError, match=r"^--parallelism: 'debug' is not one of "
+                                       r"\['auto', 'vmap', 'sequential'\]$"):
+    gpu_compile.parallelisms_of("vmap,debug")
+
+
 @pytest.mark.skipif(deviceless.plugin_installed(), reason="jax's CUDA plugin is installed")
 def test_without_the_plugin_the_error_says_what_to_install():
   with pytest.raises(RuntimeError, match=r"pip install -e '\.\[gpu-aot\]'"):
