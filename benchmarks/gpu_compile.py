@@ -22,8 +22,9 @@ One line per program, printed as it is done:
 threads); ``ptxas`` the CPU time of the ptxas processes it started; ``HLO passes`` and
 ``backend`` are XLA's own timers (``GpuCompiler::RunHloPasses``, ``RunBackend``: LLVM
 and ptxas), and the top passes XLA's pass timers (``hlo_pass_pipeline``), summed over
-each pass's calls (pipelines, which hold passes, are left out). Autotuning, which times
-kernels on the device, is off (``deviceless.DEVICELESS_OPTIONS``), so the compile on a
+each pass's calls (pipelines, which hold passes, are left out). What needs a device is
+off (``deviceless.DEVICELESS_OPTIONS``: autotuning, which times kernels on it, and CUB's
+radix sort for long sorts, XLA's own sort kernel compiled instead), so the compile on a
 GPU takes at least this long. Programs of a sweep that lower to the same module (cells
 of one shape) are compiled once and say so. ``--timeout_s`` stops a compile that runs
 longer (the line says so; the process then exits: XLA's compile cannot be interrupted).

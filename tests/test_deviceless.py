@@ -81,11 +81,13 @@ def test_without_the_plugin_the_error_says_what_to_install():
 
 
 def test_deviceless_options_give_way_to_xla_flags():
-  assert deviceless.compiler_options("") == {"xla_gpu_autotune_level": 0}
-  assert deviceless.compiler_options("--xla_gpu_autotune_level=4") == {}
+  both = {"xla_gpu_autotune_level": 0, "xla_gpu_enable_cub_radix_sort": False}
+  assert deviceless.compiler_options("") == both
+  assert deviceless.compiler_options("--xla_gpu_autotune_level=4") == {
+      "xla_gpu_enable_cub_radix_sort": False}
   # a copy: editing it leaves the next compile's options alone
   deviceless.compiler_options("")["xla_gpu_autotune_level"] = 3
-  assert deviceless.DEVICELESS_OPTIONS == {"xla_gpu_autotune_level": 0}
+  assert deviceless.DEVICELESS_OPTIONS == both
 
 
 def test_traced_as_a_gpu_run_within_as_gpu():
@@ -154,6 +156,37 @@ def test_compiles_for_an_h100_without_a_device(tmp_path):
   for r in records:
     assert r["compile_s"] > 0 and r["fusions"] > 0 and r["hlo_passes_s"] > 0
     assert r["backend_s"] > 0 and r["top_passes"]  # XLA's GPU timers were read
+
+
+# a long 1-D sort, compiled deviceless with and without the deviceless options
+SORT_PROBE = """
+import jax, jax.numpy as jnp
+from fedjax_het.training import deviceless
+device = deviceless.devices("h100")[0]
+x = jax.ShapeDtypeStruct((100_000,), jnp.float32,
+                         sharding=jax.sharding.SingleDeviceSharding(device))
+lowered = jax.jit(jnp.sort).lower(x)
+lowered.compile(compiler_options=deviceless.compiler_options(""))
+print("with the options: compiled")
+try:
+  lowered.compile(compiler_options={"xla_gpu_autotune_level": 0})
+  print("CUB's sort: compiled")
+except Exception as err:
+  print("CUB's sort:", type(err).__name__, err)
+"""
+
+
+@pytest.mark.skipif(not deviceless.plugin_installed(),
+                    reason="jax's CUDA plugin is not installed (pip install -e '.[gpu-aot]')")
+def test_a_long_sort_compiles_deviceless_without_cubs_radix_sort():
+  proc = subprocess.run([sys.executable, "-c", SORT_PROBE], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = proc.stdout.splitlines()
+  assert lines[0] == "with the options: compiled"
+  # the reason for the option: XLA's CUB rewrite asks the CUDA runtime for a device (when
+  # an XLA no longer does, this line fails and the option can go)
+  assert "cudaErrorInvalidDevice" in lines[1], lines[1]
 
 
 def test_the_table_has_a_row_per_compiled_program_and_counts_the_same_modules():

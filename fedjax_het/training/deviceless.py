@@ -6,7 +6,8 @@ description (``gpu_targets/``, XLA's ``GpuTargetConfig`` of a card) through
 ``jax.experimental.topologies.get_topology_desc`` and gives compile-only devices. A
 program jitted over a mesh of them, with its arguments given as ``jax.ShapeDtypeStruct``
 placed there, runs every HLO pass, LLVM and ptxas (XLA logs "Performing a deviceless
-compilation"); only autotuning, which times candidate kernels, needs a device.
+compilation"); only autotuning, which times candidate kernels, and CUB's radix sort,
+which XLA sizes through the CUDA runtime, need a device (``DEVICELESS_OPTIONS``).
 
   with deviceless.as_gpu():                   # trace as a GPU run would
     exp = deviceless.prepare(config, deviceless.devices("h100"))
@@ -41,8 +42,12 @@ from fedjax_het.training import experiment
 # the cards a program can be compiled for: name -> XLA target description in gpu_targets/
 TARGETS = {"h100": "h100_sxm.txtpb"}
 TARGET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_targets")
-# XLA's autotuning times candidate kernels on the device: off where there is none
-DEVICELESS_OPTIONS = {"xla_gpu_autotune_level": 0}
+# What needs a device, off where there is none: XLA's autotuning times candidate kernels
+# on it; its rewrite of a long 1-D sort into CUB's radix sort asks the CUDA runtime when
+# the executable is made (a sort of 100,000 float32 compiled deviceless: every pass and
+# LLVM ran, then "cudaErrorInvalidDevice"; Moss's one-seed N=100 dispatch did the same),
+# so such a sort compiles to XLA's own kernel here (docs/performance.md)
+DEVICELESS_OPTIONS = {"xla_gpu_autotune_level": 0, "xla_gpu_enable_cub_radix_sort": False}
 
 
 def compiler_options(xla_flags: str | None = None) -> dict:
