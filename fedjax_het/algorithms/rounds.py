@@ -217,20 +217,32 @@ def train_protocol_groups(rt: Runtime, proto: Protocol, state: State,
       payload = proto.downlink(server, g)
 
       def client_fn(client, idx, mask, key):
-        new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
-        return new, (upload, aux)
+        return client_step(proto, g, client, payload, data, idx, mask, key)
 
       def eval_fn(client, outputs, idx, mask):
-        own = (proto.trained_payload(payload, outputs[0]) if proto.trained_payload
-               else payload)
-        return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx,
-                                  mask, **rt.eval_options())
+        return trained_counts(rt, proto, g, client, payload, outputs[0], data, idx, mask)
       return train_group(rt, g, clients_g, data, sample_key, train_key, client_fn,
                          eval_fn if rt.eval_sampled else None)
     results.append(own_computation(
         group_round, (state.server, state.clients[g], data, sample_key, train_key),
         witness))
   return results
+
+
+def client_step(proto: Protocol, g: int, client, payload, data: FederatedData, idx, mask,
+                key) -> tuple:
+  """One sampled client's ``proto.client_update``: ``(new state, (upload, aux))``."""
+  new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
+  return new, (upload, aux)
+
+
+def trained_counts(rt: Runtime, proto: Protocol, g: int, client, payload, upload,
+                   data: FederatedData, idx, mask) -> tuple:
+  """``(correct, total)`` of a just-trained client on its test rows ``idx``, predicting
+  with its own trained shared block (``Protocol.trained_payload``) where it has one."""
+  own = proto.trained_payload(payload, upload) if proto.trained_payload else payload
+  return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
+                            **rt.eval_options())
 
 
 def aggregate_groups(proto: Protocol, state: State, results: list[GroupRound],
@@ -456,17 +468,14 @@ def debug_round(rt: Runtime, proto: Protocol, *, jit_clients: bool = True) -> Ca
 
   def step_fn(g, clients_g):
     def step(client, payload, data, idx, mask, key):
-      new, upload, aux = proto.client_update(g, client, payload, data, idx, mask, key)
-      return new, (upload, aux)
+      return client_step(proto, g, client, payload, data, idx, mask, key)
     if ("step", g) not in made:
       made["step", g] = compiled(packing.on_client(step, clients_g))
     return made["step", g]
 
   def eval_fn(g, clients_g):
     def count(client, payload, upload, data, idx, mask):
-      own = proto.trained_payload(payload, upload) if proto.trained_payload else payload
-      return cl.evaluate_client(proto.predict(g, client, own), data.x, data.y, idx, mask,
-                                **rt.eval_options())
+      return trained_counts(rt, proto, g, client, payload, upload, data, idx, mask)
     if ("count", g) not in made:
       made["count", g] = compiled(packing.on_client(count, clients_g, returns_state=False))
     return made["count", g]

@@ -23,7 +23,7 @@ from fedjax_het import validation
 from fedjax_het.algorithms import Algorithm
 from fedjax_het.algorithms import Runtime
 from fedjax_het.algorithms import get_spec
-from fedjax_het.clients import DEBUG
+from fedjax_het.clients import is_debug
 from fedjax_het.data import partition_file
 from fedjax_het.data.pool import load_clients
 
@@ -116,7 +116,7 @@ def describe(exp: Experiment, start: int) -> str:
   devices = f"{exp.runtime.num_shards} {jax.default_backend()} device" + (
       "s" if exp.runtime.num_shards > 1 else "")
   mode = exp.runtime.client_parallelism
-  if mode in DEBUG:  # a run many times slower than the compiled one says so first
+  if is_debug(mode):  # a run many times slower than the compiled one says so first
     devices += (f", {mode}: clients one by one, each "
                 f"{'jitted on its own' if mode == 'debug' else 'op by op'}")
   src = exp.data_source
