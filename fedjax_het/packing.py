@@ -17,10 +17,11 @@ reshapes (``unpack``), which XLA fuses into the ops that read them.
 ``PackSpec`` (tree structure, leaf shapes and dtypes, offsets): ``jax.tree.map``,
 shardings, ``jax.eval_shape``, donation and orbax see buffers. ``unpack`` (the method)
 gives the stacked tree, a copy: ``state.clients[g].unpack().params``; ``replace`` packs
-a changed tree again (``state.clients[g].replace(params=...)``). A field of arrays reads
-through (``state.clients[g].step``); one that holds dicts or lists
-(``state.clients[g].params``) is refused with a ``PackedReadError`` saying both calls,
-because it would be a copy, and ``state.clients[g].params[k] = v`` would write nothing.
+a changed tree again (``state.clients[g].replace(params=...)``). A field of arrays only
+reads through (FedAPEN's ``state.clients[g].model_state``, an ``ApenState``); one that
+holds dicts or lists (``state.clients[g].params``) is refused with a ``PackedReadError``
+saying both calls, because it would be a copy, and ``state.clients[g].params[k] = v``
+would write nothing.
 """
 from __future__ import annotations
 
